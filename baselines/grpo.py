@@ -1,0 +1,38 @@
+"""GRPO (Shao et al., 2024): outcome-reward RL with group-normalised advantages, no teacher.
+
+G rollouts per task; each rollout's advantage is its reward normalised within its group; a PPO-clip
+surrogate with eps_lo = eps_hi = 0.2 and no KL term. With one optimizer step per rollout batch the
+old policy is the current one (ratio 1, as TRL does with num_iterations=1); clipping acts when a
+batch is reused.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lopd.config import GRPOConfig
+from lopd.losses import group_advantages, ppo_clip_loss
+from lopd.methods import Method, PolicyOutputs
+from lopd.trajectory import TokenBatch, Trajectory
+
+
+class GRPO(Method):
+    name = "grpo"
+    teacher = "none"
+
+    def __init__(self, cfg: GRPOConfig):
+        self.cfg = cfg
+
+    @property
+    def rollouts_per_task(self) -> int:
+        return self.cfg.group_size
+
+    def prepare(self, trajectories: list[Trajectory]) -> None:
+        rewards_B = torch.tensor([t.reward for t in trajectories])
+        groups_B = torch.tensor([t.group for t in trajectories])
+        for traj, adv in zip(trajectories, group_advantages(rewards_B, groups_B).tolist()):
+            traj.advantage = adv
+
+    def loss(self, student: PolicyOutputs, batch: TokenBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        return ppo_clip_loss(student.logp_B_T, student.logp_B_T.detach(), batch.advantages_B,
+                             batch.action_mask_B_T, self.cfg.clip_low, self.cfg.clip_high)

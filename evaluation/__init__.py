@@ -1,0 +1,1 @@
+"""Benchmarks, coding tasks and the sandbox that runs model-written code."""

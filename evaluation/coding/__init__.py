@@ -1,0 +1,1 @@
+"""Coding tasks (TACO format) and their test-based reward."""

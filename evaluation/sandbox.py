@@ -1,0 +1,561 @@
+"""Run untrusted (model-written) Python in a locked-down child process.
+
+Every call starts a fresh `python -I -S -B` interpreter (this venv's, so harness code can import
+installed packages) under a small supervisor that forks the user process and reports how it ended.
+How strongly it is isolated is decided once per host process by a probe run (`isolation_mode()`):
+
+  "namespaces"  root + util-linux `unshare`: fresh network, PID and mount namespaces. The code runs
+                as a throwaway uid with no_new_privs; every mount is read-only and nosuid, except a
+                private size-capped tmpfs that is its cwd/HOME/TMPDIR; /tmp, /var/tmp, /dev/shm, /run,
+                /root, /home and the project directory are replaced by empty read-only tmpfs (only
+                the interpreter's own directories are mounted back). When the supervisor (PID 1) exits, the kernel kills
+                every process left in the namespace.
+  "uid"         root, no namespaces: throwaway uid + rlimits + socket guards; files are protected by
+                permissions only, so world-writable dirs such as /tmp stay writable.
+  "plain"       not root: rlimits + socket guards + process-group kill. Weakest: the code runs as
+                the calling user and can signal or write whatever that user can. Use a container.
+  "refuse"      root, but neither of the above works: nothing runs (every call is a sandbox_error),
+                because code running as root could kill every process on the machine.
+
+In every mode: RLIMIT_CPU / AS / FSIZE / NPROC (NPROC only bites for a non-root uid, hence the
+throwaway uid), a wall-clock SIGKILL of the whole process tree, stdout and stderr each capped at
+`output_bytes` (the run is killed when it prints more), and the temp dir is deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import select
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    wall_seconds: float = 10.0     # wall-clock kill
+    cpu_seconds: int = 10          # RLIMIT_CPU
+    memory_mb: int = 1024          # RLIMIT_AS
+    file_size_mb: int = 16         # RLIMIT_FSIZE
+    max_processes: int = 8         # process-count limit (RLIMIT_NPROC of the throwaway uid)
+    output_bytes: int = 1 << 20    # cap per stream (stdout, stderr); printing more kills the run
+    workdir_mb: int = 64           # size of the private tmpfs workdir ("namespaces" mode)
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    status: str          # "ok" | "error" (nonzero exit/exception) | "timeout" | "memory" | "killed" | "sandbox_error"
+    returncode: int | None   # the user process's exit code, or -signal; None when unknown
+    stdout: str
+    stderr: str
+    wall_seconds: float
+    detail: str = ""     # the sandbox's own note: why it stopped the run ("" for a normal exit)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+# -----------------------------------------------------------------------------
+# The supervisor: source of the child interpreter (`python -c`). It starts as root (in fresh
+# namespaces when available), sets up the filesystem, forks the user process, waits for it as PID 1
+# and writes one status line ("exit N CPU" | "signal N CPU" | "setup MESSAGE") to a pipe that only
+# it holds. It must stay cheap to start: no json/re/socket imports here.
+
+_SUPERVISOR = r'''
+import ctypes, os, sys
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC = 32, 4096, 8192, 16384
+PR_SET_NO_NEW_PRIVS = 38
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def mount(source, target, fstype, flags, data=None):
+    enc = lambda s: None if s is None else s.encode()
+    if libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {target}: {os.strerror(err)}")
+
+
+def under(path, top):
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def hide(top, keep, stash):
+    """Cover `top` with an empty tmpfs, then mount the `keep` subtrees back at their old paths."""
+    spots = []
+    for i, path in enumerate(keep):  # bind each kept subtree aside before `top` is covered
+        spot = os.path.join(stash, f".keep{i}")
+        os.mkdir(spot)
+        mount(path, spot, None, MS_BIND | MS_REC)
+        spots.append((spot, path))
+    mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    for spot, path in spots:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        mount(spot, path, None, MS_MOVE)
+        os.rmdir(spot)
+
+
+def isolate_filesystem(workdir, uid, size_mb, hidden, keep):
+    # The caller's files sit in the host's temp dir; read them before a private tmpfs covers it.
+    files = {}
+    for root, _, names in os.walk(workdir):
+        for name in names:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                files[os.path.relpath(path, workdir)] = f.read()
+    for top in hidden:  # a hidden dir holding the workdir (/tmp) is covered first, then re-created
+        if under(workdir, top):
+            hide(top, [], None)
+            os.makedirs(workdir, mode=0o700)
+    mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size_mb}m,mode=0700,uid={uid},gid={uid}")
+    for top in hidden:
+        if not under(workdir, top):
+            hide(top, [k for k in keep if under(k, top)], workdir)
+    # Everything but the workdir read-only and nosuid (setuid binaries would be a way back to root).
+    with open("/proc/self/mountinfo") as f:
+        mounts = [line.split()[4:6] for line in f]
+    for target, options in mounts:
+        target = target.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+        if target == workdir or under(target, "/proc"):
+            continue
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID
+        flags |= (MS_NODEV if "nodev" in options.split(",") else 0) | (MS_NOEXEC if "noexec" in options.split(",") else 0)
+        mount(None, target, None, flags)
+    for rel, data in files.items():
+        path = os.path.join(workdir, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+        os.chown(path, uid, uid)
+
+
+def enter_sandbox(mode, workdir, uid, memory_mb, cpu_s, fsize_mb, nproc):
+    import resource
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize_mb << 20, fsize_mb << 20))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))  # SIGXCPU first, SIGKILL a second later
+    if mode != "plain":
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        if os.getuid() == 0 or os.geteuid() == 0:
+            raise OSError("could not drop root")
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    os.chdir(workdir)
+    os.umask(0o077)
+    resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))  # last: setup allocates
+
+
+def guard_sockets():
+    # Belt and braces behind the empty network namespace: sockets refuse to connect, bind or send.
+    import _socket
+
+    class NoNetworkSocket(_socket.socket):
+        __slots__ = ()  # socket.socket, which subclasses this, declares __weakref__ itself
+
+        def _deny(self, *args, **kwargs):
+            raise PermissionError(13, "network access is disabled in the sandbox")
+        connect = connect_ex = bind = sendto = _deny
+
+    def no_dns(*args, **kwargs):
+        raise PermissionError(13, "network access is disabled in the sandbox")
+
+    _socket.socket = _socket.SocketType = NoNetworkSocket
+    for name in ("getaddrinfo", "gethostbyname", "gethostbyname_ex", "gethostbyaddr"):
+        setattr(_socket, name, no_dns)
+
+
+def run_user_code(workdir, args, site_dirs):
+    import builtins
+
+    def exit(code=None):  # `python -S` skips site.py, which is what defines exit() and quit()
+        raise SystemExit(code)
+
+    builtins.exit = builtins.quit = exit
+    path = os.path.join(workdir, "main.py")
+    sys.argv = [path, *args]
+    sys.path[:0] = [workdir]
+    sys.path += site_dirs
+    module = type(sys)("__main__")
+    module.__file__ = path
+    sys.modules["__main__"] = module
+    try:
+        with open(path, "rb") as f:
+            code = compile(f.read(), path, "exec")
+        exec(code, module.__dict__)
+        status = 0
+    except SystemExit as e:
+        status = e.code
+    except BaseException as e:  # print it as the interpreter would, minus this frame
+        try:
+            import traceback
+            traceback.print_exception(type(e), e, e.__traceback__.tb_next)
+        except BaseException:  # e.g. no memory left to format it
+            os.write(2, type(e).__name__.encode() + b"\n")
+        status = 1
+    finish(status)
+
+
+def finish(status):
+    """Exit as the interpreter would (threads, atexit, flush), minus the slow module teardown."""
+    try:
+        if "threading" in sys.modules:
+            sys.modules["threading"]._shutdown()  # waits for non-daemon threads
+        import atexit
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    if status is None:
+        status = 0
+    elif not isinstance(status, int):
+        print(status, file=sys.stderr)
+        status = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    os._exit(status & 0xFF)
+
+
+def report(fd, line):
+    os.write(fd, (line + "\n").encode())
+
+
+def main():
+    (mode, workdir, uid, status_fd, memory_mb, cpu_s, fsize_mb, nproc, workdir_mb,
+     hidden, keep, site_dirs), args = sys.argv[1:13], sys.argv[13:]
+    uid, status_fd = int(uid), int(status_fd)
+    split = lambda s: [p for p in s.split(os.pathsep) if p]
+    try:
+        if mode == "namespaces":
+            isolate_filesystem(workdir, uid, int(workdir_mb), split(hidden), split(keep))
+        pid = os.fork()
+    except Exception as e:
+        report(status_fd, f"setup {type(e).__name__}: {e}")
+        return
+    if pid == 0:
+        try:
+            guard_sockets()  # first: loading _socket may need root to read the stdlib
+            enter_sandbox(mode, workdir, uid, int(memory_mb), int(cpu_s), int(fsize_mb), int(nproc))
+        except Exception as e:  # never run user code half-isolated
+            report(status_fd, f"setup {type(e).__name__}: {e}")
+            os._exit(121)
+        os.close(status_fd)
+        run_user_code(workdir, args, split(site_dirs))
+    # Reap everything (orphans re-parent to PID 1) until the user process itself has ended.
+    while True:
+        child, status, usage = os.wait4(-1, 0)
+        if child == pid:
+            break
+    cpu = usage.ru_utime + usage.ru_stime
+    if os.WIFSIGNALED(status):
+        report(status_fd, f"signal {os.WTERMSIG(status)} {cpu:.3f}")
+    else:
+        report(status_fd, f"exit {os.WEXITSTATUS(status)} {cpu:.3f}")
+    os._exit(0)  # nothing to clean up; the kernel takes down the namespace
+
+
+main()
+'''
+
+# -----------------------------------------------------------------------------
+# Host side
+
+_UNSHARE = shutil.which("unshare")
+_SETPRIV = shutil.which("setpriv")
+_PROJECT_ROOT = Path(__file__).resolve().parents[1]
+_SITE_DIRS = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+_mode: str | None = None       # chosen once by isolation_mode(); tests may override it
+_mode_lock = threading.Lock()
+_uids = random.Random()        # private generator: user code seeding `random` must not matter
+
+
+def isolation_mode() -> str:
+    """The strongest mode that works on this host (probed on first use, then cached):
+    "namespaces", "uid", "plain", or "refuse" (root, but no way to drop root: nothing runs)."""
+    global _mode
+    with _mode_lock:
+        if _mode is None:
+            # Model code never runs as root: root without a uid drop could kill every process on
+            # the machine (kill(-1)) or write anywhere. A non-root user has nothing to drop to.
+            candidates = ["plain"] if os.geteuid() != 0 else (["namespaces"] if _UNSHARE else []) + ["uid"]
+            _mode = "refuse"
+            for mode in candidates:
+                # json: the stdlib must be readable by the throwaway uid, not just already loaded
+                result = _run_in(mode, "import json; print(json.dumps(6 * 7))", "", SandboxLimits(wall_seconds=30), {}, ())
+                if result.status == "ok" and result.stdout == "42\n":
+                    _mode = mode
+                    break
+            if _mode != "namespaces":
+                warnings.warn(f"sandbox: namespaces unavailable, isolation mode is {_mode!r}")
+        return _mode
+
+
+def run_python(source: str, *, stdin: str = "", limits: SandboxLimits = SandboxLimits(),
+               files: Mapping[str, str] | None = None, args: Sequence[str] = ()) -> SandboxResult:
+    """Run `source` as __main__ in a fresh sandboxed interpreter; never raises for bad user code."""
+    files = dict(files or {})
+    for name in files:  # a bad name is the caller's bug, not the user's, so it raises
+        parts = Path(name).parts
+        if not parts or Path(name).is_absolute() or ".." in parts or name == "main.py":
+            raise ValueError(f"sandbox file name must be relative, without '..', and not main.py: {name!r}")
+    mode = isolation_mode()
+    if mode == "refuse":
+        return SandboxResult("sandbox_error", None, "", "", 0.0, "refusing to run model code as root: "
+                             "neither namespaces nor a throwaway uid work here (is the interpreter world-readable?)")
+    return _run_in(mode, source, stdin, limits, files, [str(a) for a in args])
+
+
+def _run_in(mode, source, stdin, limits, files, args) -> SandboxResult:
+    start = time.monotonic()
+    workdir = None
+    try:
+        workdir = tempfile.mkdtemp(prefix="lopd-sandbox-")
+        uid = 200_000 + _uids.randrange(1 << 20) if mode != "plain" else os.getuid()
+        for name, text in {"main.py": source, **files}.items():
+            path = os.path.join(workdir, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8", errors="replace") as f:
+                f.write(text)
+        if mode == "uid":  # no private tmpfs: hand the real directory to the throwaway uid
+            for root, dirs, names in os.walk(workdir):
+                for name in [root, *(os.path.join(root, n) for n in dirs + names)]:
+                    os.chown(name, uid, uid)
+        return _execute(mode, workdir, uid, stdin, limits, args, start)
+    except Exception as e:  # the machinery failed (no fork, disk full, ...): still a result
+        return SandboxResult("sandbox_error", None, "", "", time.monotonic() - start, f"{type(e).__name__}: {e}")
+    finally:
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _command(mode, workdir, uid, status_fd, limits, args) -> list[str]:
+    keep = _interpreter_dirs()
+    hidden = []
+    if mode == "namespaces":
+        for top in ("/tmp", "/var/tmp", "/dev/shm", "/run", "/root", "/home", str(_PROJECT_ROOT)):
+            real = os.path.realpath(top)
+            inner = [k for k in keep if _under(k, real)]
+            if (real != top or not os.path.isdir(top) or any(_under(real, k) for k in keep)
+                    or (inner and _under(workdir, real))):
+                continue  # a symlink, missing, inside the interpreter, or both workdir and kept dirs
+            hidden.append(top)
+    cmd = [sys.executable, "-I", "-S", "-B", "-X", "utf8", "-X", "frozen_modules=on", "-c", _SUPERVISOR,
+           mode, workdir, str(uid), str(status_fd), str(limits.memory_mb), str(int(limits.cpu_seconds)),
+           str(limits.file_size_mb), str(limits.max_processes), str(limits.workdir_mb),
+           os.pathsep.join(hidden), os.pathsep.join(keep), os.pathsep.join(_SITE_DIRS), *args]
+    if mode == "namespaces":
+        cmd = [_UNSHARE, "--net", "--pid", "--mount", "--fork", "--kill-child", "--mount-proc", *cmd]
+    if _SETPRIV:  # if this host process dies, so does the sandbox (fires on the spawning thread's exit)
+        cmd = [_SETPRIV, "--pdeathsig", "KILL", *cmd]
+    return cmd
+
+
+def _interpreter_dirs() -> list[str]:
+    dirs = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+    return sorted(d for d in dirs if not any(d != o and _under(d, o) for o in dirs))
+
+
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def _child_env(workdir: str) -> dict[str, str]:
+    threads = "1"  # BLAS/OpenMP thread pools would trip the process limit
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir,
+            "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "USER": "sandbox", "LOGNAME": "sandbox",
+            "OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+
+
+def _execute(mode, workdir, uid, stdin, limits, args, start) -> SandboxResult:
+    status_r, status_w = os.pipe()
+    stdin_fd = os.memfd_create("sandbox-stdin")  # a file, not a pipe: no deadlock on big inputs
+    try:
+        data = stdin.encode("utf-8", "replace")
+        while data:
+            data = data[os.write(stdin_fd, data):]
+        os.lseek(stdin_fd, 0, os.SEEK_SET)
+        proc = subprocess.Popen(_command(mode, workdir, uid, status_w, limits, args), stdin=stdin_fd,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(status_w,),
+                                cwd=workdir, env=_child_env(workdir), start_new_session=True)
+    except BaseException:
+        os.close(status_r)
+        raise
+    finally:
+        os.close(status_w)
+        os.close(stdin_fd)
+    straggler_uid = uid if mode == "uid" else None  # no PID namespace to take them down
+    try:
+        out, err, stop = _collect(proc, start + limits.wall_seconds, limits.output_bytes, straggler_uid)
+    finally:
+        _kill_tree(proc.pid, straggler_uid)  # before reaping: the group id must not be recycled yet
+        proc.stdout.close()
+        proc.stderr.close()
+        proc.returncode = _reap(proc.pid)
+        status_line = _read_available(status_r).decode(errors="replace").splitlines()
+        os.close(status_r)
+    elapsed = time.monotonic() - start
+    stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+    return _classify(status_line, stop, stdout, stderr, elapsed, limits)
+
+
+def _collect(proc, deadline, cap, straggler_uid):
+    """Read both pipes until they close and the process has exited, or a limit is hit."""
+    bufs = {proc.stdout: bytearray(), proc.stderr: bytearray()}
+    sel = selectors.DefaultSelector()
+    for f in bufs:
+        os.set_blocking(f.fileno(), False)
+        sel.register(f, selectors.EVENT_READ)
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+        sel.register(pidfd, selectors.EVENT_READ)
+    except (AttributeError, OSError):  # old kernel: poll for the exit instead
+        pidfd = None
+    open_streams, exited, stop = 2, False, ""
+    try:
+        while open_streams or not exited:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                stop = "timeout"
+                break
+            events = sel.select(remaining if pidfd is not None else min(remaining, 0.02))
+            if pidfd is None and not exited and _has_exited(proc.pid):
+                events.append((None, 0))
+            for key, _ in events:
+                if key is None or key.fileobj is pidfd:
+                    exited = True
+                    if pidfd is not None:
+                        sel.unregister(pidfd)
+                    _kill_tree(proc.pid, straggler_uid)  # stragglers may still hold the pipes open
+                    continue
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    open_streams -= 1
+                    continue
+                buf = bufs[key.fileobj]
+                room = cap - len(buf)
+                buf += chunk[:room]
+                if len(chunk) > room:
+                    stop = "output"
+            if stop:
+                break
+    finally:
+        sel.close()
+        if pidfd is not None:
+            os.close(pidfd)
+    return bytes(bufs[proc.stdout]), bytes(bufs[proc.stderr]), stop
+
+
+def _read_available(fd: int) -> bytes:
+    os.set_blocking(fd, False)  # never wait on a writer that might still be alive
+    try:
+        return os.read(fd, 1 << 16)
+    except BlockingIOError:
+        return b""
+
+
+def _has_exited(pid: int) -> bool:
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def _kill_tree(pid: int, uid: int | None) -> None:
+    init = _pidfd_of_init(pid)  # opened before any kill, so its PID cannot be recycled under us
+    try:
+        os.killpg(pid, signal.SIGKILL)  # our child leads its own session/process group
+    except ProcessLookupError:
+        pass
+    if init is not None:
+        # The sandbox's PID 1 only finishes exiting once the kernel has killed and reaped every
+        # other process of its namespace: waiting for it means nothing is left behind.
+        try:
+            signal.pidfd_send_signal(init, signal.SIGKILL)
+            select.select([init], [], [], 5.0)
+        except OSError:
+            pass
+        finally:
+            os.close(init)
+    if uid is not None:
+        _kill_uid(uid)
+
+
+def _pidfd_of_init(pid: int) -> int | None:
+    """A pidfd for the child of `unshare --fork` (the sandbox's PID 1), if it is running."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            children = f.read().split()
+        return os.pidfd_open(int(children[0])) if children else None
+    except (OSError, AttributeError):
+        return None
+
+
+def _kill_uid(uid: int) -> None:
+    """Kill every process of a throwaway uid (those that left the process group)."""
+    for _ in range(20):  # a fork loop may race us; NPROC bounds how many there can be
+        victims = []
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    with open(f"/proc/{name}/status") as f:
+                        uid_line = next(line for line in f if line.startswith("Uid:"))
+                except (OSError, StopIteration):
+                    continue
+                if int(uid_line.split()[1]) == uid:
+                    victims.append(int(name))
+        if not victims:
+            return
+        for victim in victims:
+            try:
+                os.kill(victim, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.005)
+
+
+def _reap(pid: int) -> int:
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def _classify(status_line, stop, stdout, stderr, elapsed, limits) -> SandboxResult:
+    def result(status, returncode=None, detail=""):
+        return SandboxResult(status, returncode, stdout, stderr, elapsed, detail)
+
+    setup = [line for line in status_line if line.startswith("setup ")]
+    if setup:
+        return result("sandbox_error", None, "sandbox setup failed: " + setup[0][6:])
+    if stop == "timeout":
+        return result("timeout", None, f"wall-clock limit of {limits.wall_seconds:g}s")
+    if stop == "output":
+        return result("killed", None, f"output limit of {limits.output_bytes} bytes")
+    ended = [line.split() for line in status_line if line.startswith(("exit ", "signal "))]
+    if not ended:
+        return result("killed", None, "supervisor ended without a report")
+    kind, number, cpu = ended[0][0], int(ended[0][1]), float(ended[0][2])
+    if kind == "signal":
+        if number == signal.SIGXCPU or (number == signal.SIGKILL and cpu >= limits.cpu_seconds - 0.05):
+            return result("timeout", -number, f"CPU limit of {limits.cpu_seconds}s")
+        return result("killed", -number, f"killed by {signal.Signals(number).name}"
+                      if number in signal.Signals._value2member_map_ else f"killed by signal {number}")
+    if number == 0:
+        return result("ok", 0)
+    tail = stderr.rstrip().rsplit("\n", 1)[-1]
+    if tail.startswith("MemoryError"):
+        return result("memory", number, f"memory limit of {limits.memory_mb} MB")
+    return result("error", number)

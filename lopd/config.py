@@ -1,0 +1,303 @@
+"""Typed, validated configuration: params.yaml -> dataclasses.
+
+Defaults are the paper's values. A profile (`smoke`, `cpu`, `paper`) overrides a few keys in code;
+it only touches keys that params.yaml leaves at their paper default, so anything a user sets in
+params.yaml (or with `dvc exp run -S key=value`) always wins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PROFILES_NAMES = ("smoke", "cpu", "paper")
+KNOWN_METHODS = ("vanilla", "grpo")
+KNOWN_BENCHMARKS = ("humaneval_plus", "mbpp_plus")
+
+
+class ConfigError(ValueError):
+    """A bad params.yaml: the message names the offending key in one line."""
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+@dataclass
+class ModelConfig:
+    name: str = "smollm2-135m"
+    """Registry name (`smollm2-135m`, `tiny-random`), a Hugging Face id, or a local model directory."""
+    dtype: str = "float32"
+    """Parameter dtype for training and rollouts: float32 | bfloat16 | float16."""
+
+    def __post_init__(self) -> None:
+        _check(bool(self.name), "model.name: must not be empty")
+        _check(self.dtype in ("float32", "bfloat16", "float16"),
+               f"model.dtype: {self.dtype!r} is not one of float32, bfloat16, float16")
+
+
+@dataclass
+class SamplingConfig:
+    temperature: float = 0.7
+    """Decoding temperature (paper: 0.7 for every method and benchmark)."""
+    top_p: float = 0.95
+    """Nucleus threshold applied after top-k."""
+    top_k: int = 20
+    """Number of highest-probability tokens kept before top-p."""
+    max_new_tokens: int = 16384
+    """Response budget per rollout in training (paper: 16,384 tokens for coding)."""
+    batch_size: int = 32
+    """Rollouts decoded together in one batch."""
+    dtype: str = "bfloat16"
+    """Dtype of the rollout engine's copy of the policy (synced from the trainer after every step).
+    bfloat16 decodes about 2x faster on CPUs with bf16 units; the trainer recomputes log-probs in model.dtype."""
+
+    def __post_init__(self) -> None:
+        _check(self.dtype in ("float32", "bfloat16", "float16"),
+               f"sampling.dtype: {self.dtype!r} is not one of float32, bfloat16, float16")
+        _check(self.temperature > 0, "sampling.temperature: must be > 0")
+        _check(0 < self.top_p <= 1, "sampling.top_p: must be in (0, 1]")
+        _check(self.top_k >= 1, "sampling.top_k: must be >= 1")
+        _check(self.max_new_tokens >= 1, "sampling.max_new_tokens: must be >= 1")
+        _check(self.batch_size >= 1, "sampling.batch_size: must be >= 1")
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 200
+    """Optimizer steps of the on-policy loop."""
+    rollouts_per_step: int = 32
+    """Rollout budget per step (paper: 32); GRPO spends it as rollouts_per_step / group_size tasks x G."""
+    lr: float = 1e-5
+    """AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    grad_clip: float = 1.0
+    """Global gradient-norm clip."""
+    micro_batch_size: int = 8
+    """Trajectories per forward/backward pass; gradients accumulate to one optimizer step."""
+    loss_chunk_size: int = 1024
+    """Action positions per chunk when computing log-probs over the vocabulary."""
+    save_every: int = 50
+    """Save a resumable checkpoint every this many steps (and always at the end)."""
+
+    def __post_init__(self) -> None:
+        _check(self.steps >= 0, "train.steps: must be >= 0")
+        _check(self.rollouts_per_step >= 1, "train.rollouts_per_step: must be >= 1")
+        _check(self.lr > 0, "train.lr: must be > 0")
+        _check(self.weight_decay >= 0, "train.weight_decay: must be >= 0")
+        _check(self.grad_clip > 0, "train.grad_clip: must be > 0")
+        _check(self.micro_batch_size >= 1, "train.micro_batch_size: must be >= 1")
+        _check(self.loss_chunk_size >= 1, "train.loss_chunk_size: must be >= 1")
+        _check(self.save_every >= 1, "train.save_every: must be >= 1")
+
+
+@dataclass
+class GRPOConfig:
+    group_size: int = 4
+    """Rollouts per task (G); advantages are normalised within each group."""
+    clip_low: float = 0.2
+    """PPO ratio clip below 1 (epsilon_lo)."""
+    clip_high: float = 0.2
+    """PPO ratio clip above 1 (epsilon_hi)."""
+
+    def __post_init__(self) -> None:
+        _check(self.group_size >= 2, "grpo.group_size: must be >= 2 (advantages are group-normalised)")
+        _check(0 < self.clip_low < 1, "grpo.clip_low: must be in (0, 1)")
+        _check(self.clip_high > 0, "grpo.clip_high: must be > 0")
+
+
+@dataclass
+class EvalConfig:
+    n_samples: int = 4
+    """Samples per task; pass@1 is the mean fraction of correct samples."""
+    task_limit: int | None = None
+    """Evaluate only the first N tasks of each benchmark (None: all tasks, the paper protocol)."""
+    max_new_tokens: int = 16384
+    """Response budget per sample (paper: 16,384)."""
+    batch_size: int = 32
+    """Prompts decoded together."""
+    workers: int = 2
+    """Sandboxed test processes run concurrently when scoring."""
+
+    def __post_init__(self) -> None:
+        _check(self.n_samples >= 1, "eval.n_samples: must be >= 1")
+        _check(self.task_limit is None or self.task_limit >= 1, "eval.task_limit: must be >= 1 or null")
+        _check(self.max_new_tokens >= 1, "eval.max_new_tokens: must be >= 1")
+        _check(self.batch_size >= 1, "eval.batch_size: must be >= 1")
+        _check(self.workers >= 1, "eval.workers: must be >= 1")
+
+
+@dataclass
+class DataConfig:
+    shared_dir: str = "../shared/data"
+    """Directory with the released benchmark data (evalplus/, bfcl_v3/, acebench/); relative to the repo."""
+    taco_path: str | None = None
+    """A TACO/DeepCoder JSON(L) file for training; None uses the built-in training set."""
+
+    def shared_path(self, *parts: str) -> Path:
+        base = Path(os.path.expanduser(self.shared_dir))
+        return (base if base.is_absolute() else REPO_ROOT / base).joinpath(*parts)
+
+
+@dataclass
+class TrackingConfig:
+    mlflow_uri: str = "sqlite:///~/.cache/lopd-suite/mlflow.db"
+    """MLflow tracking store; `~` is expanded so the path is absolute. Env LOPD_MLFLOW_URI overrides."""
+    experiment_prefix: str = "lopd-suite"
+    """Runs are grouped in one experiment per profile: `<prefix>-<profile>`."""
+
+
+@dataclass
+class Config:
+    profile: str = "cpu"
+    """Active profile: smoke (tiny random model, minutes), cpu (embedded SmolLM2-135M), paper."""
+    seed: int = 0
+    """Seed for task order, sampling and model init; the same seed gives the same metrics."""
+    methods: list[str] = field(default_factory=lambda: list(KNOWN_METHODS))
+    """Methods trained and evaluated by `dvc repro` (the DVC matrix reads this list)."""
+    benchmarks: list[str] = field(default_factory=lambda: list(KNOWN_BENCHMARKS))
+    """Benchmarks every method is evaluated on."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+    def __post_init__(self) -> None:
+        _check(self.profile in PROFILES_NAMES, f"profile: {self.profile!r} is not one of {', '.join(PROFILES_NAMES)}")
+        for m in self.methods:
+            _check(m in KNOWN_METHODS, f"methods: unknown method {m!r} (known: {', '.join(KNOWN_METHODS)})")
+        for b in self.benchmarks:
+            _check(b in KNOWN_BENCHMARKS, f"benchmarks: unknown benchmark {b!r} (known: {', '.join(KNOWN_BENCHMARKS)})")
+        _check(self.train.rollouts_per_step % self.grpo.group_size == 0,
+               "train.rollouts_per_step: must be a multiple of grpo.group_size")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# Profile overrides, as dotted keys. The paper profile is the defaults themselves (plus the paper model).
+PROFILES: dict[str, dict[str, Any]] = {
+    "smoke": {
+        "model.name": "tiny-random",
+        "sampling.max_new_tokens": 24,
+        "sampling.batch_size": 8,
+        "train.steps": 2,
+        "train.rollouts_per_step": 8,
+        "train.save_every": 1,
+        "eval.n_samples": 1,
+        "eval.task_limit": 4,
+        "eval.max_new_tokens": 24,
+        "eval.batch_size": 8,
+    },
+    "cpu": {
+        "sampling.max_new_tokens": 256,
+        "train.steps": 12,
+        "train.rollouts_per_step": 32,
+        "train.save_every": 4,
+        "eval.n_samples": 1,
+        "eval.task_limit": 80,
+        "eval.max_new_tokens": 384,
+    },
+    "paper": {
+        "model.name": "Qwen/Qwen3-4B",
+        "model.dtype": "bfloat16",
+    },
+}
+
+
+def _convert(value: Any, hint: Any, key: str) -> Any:
+    """Validate `value` against a type hint, converting nested dicts into dataclasses."""
+    origin = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint):
+        _check(isinstance(value, dict), f"{key}: expected a mapping, got {type(value).__name__}")
+        return _build(hint, value, key + ".")
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None:
+            _check(type(None) in options, f"{key}: must not be null")
+            return None
+        (inner,) = [o for o in options if o is not type(None)]
+        return _convert(value, inner, key)
+    if origin is list:
+        _check(isinstance(value, list), f"{key}: expected a list, got {type(value).__name__}")
+        (inner,) = typing.get_args(hint)
+        return [_convert(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
+    if hint is float:
+        _check(isinstance(value, (int, float)) and not isinstance(value, bool),
+               f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if hint in (int, str, bool):
+        ok = isinstance(value, hint) and not (hint is int and isinstance(value, bool))
+        _check(ok, f"{key}: expected {hint.__name__}, got {value!r}")
+        return value
+    raise TypeError(f"unsupported config type {hint!r} for {key}")
+
+
+def _build(cls: type, raw: dict[str, Any], prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for k in raw:
+        _check(k in names, f"params.yaml: unknown key '{prefix}{k}'")
+    kwargs = {k: _convert(v, hints[k], prefix + k) for k, v in raw.items()}
+    return cls(**kwargs)
+
+
+def _get(obj: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _set(obj: Any, dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    for part in parents:
+        obj = getattr(obj, part)
+    setattr(obj, last, value)
+
+
+def resolve(raw: dict[str, Any]) -> Config:
+    """Build the effective config from a params.yaml mapping: validate, then apply the profile."""
+    _check(isinstance(raw, dict), "params.yaml: expected a mapping at the top level")
+    user = _build(Config, raw)
+    defaults = Config()
+    for key, value in PROFILES[user.profile].items():
+        if _get(user, key) == _get(defaults, key):
+            _set(user, key, value)
+    # Re-run the validators on the merged result (profiles can change cross-field constraints).
+    return _build(Config, user.to_dict())
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    """Read params.yaml (default: the repo's) into a validated Config."""
+    path = Path(path) if path else REPO_ROOT / "params.yaml"
+    if not path.exists():
+        raise ConfigError(f"{path}: params file not found")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    return resolve(raw)
+
+
+def mlflow_uri(cfg: Config) -> str:
+    """The tracking URI with `~` expanded, so `dvc exp run --temp` copies write to the same store."""
+    uri = os.environ.get("LOPD_MLFLOW_URI", cfg.tracking.mlflow_uri)
+    prefix = "sqlite:///"
+    if uri.startswith(prefix):
+        path = Path(os.path.expanduser(uri[len(prefix):])).resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return prefix + str(path)
+    return uri

@@ -1,0 +1,244 @@
+"""The one on-policy loop every method shares.
+
+tasks -> batched sampling (rollout backend) -> rewards -> method loss -> AdamW step -> weight sync.
+Training runs under `accelerate`, so `accelerate launch` with an FSDP/DeepSpeed/multi-process config
+needs no code change: each process rolls out its own share of the step's tasks.
+
+Randomness is a pure function of (seed, step, process), so a resumed run continues exactly as an
+uninterrupted one: the resumable state is the weights, the optimizer state and the step counter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+from accelerate import Accelerator
+from transformers import PreTrainedTokenizerBase
+
+from lopd.config import Config
+from lopd.losses import token_logprobs
+from lopd.methods import Method, PolicyOutputs
+from lopd.models import load_model, load_tokenizer
+from lopd.sampling import HFBackend, SamplingParams
+from lopd.tracking import Tracker
+from lopd.trajectory import Trajectory, Turn, collate
+
+
+@dataclass(frozen=True)
+class Task:
+    task_id: str
+    messages: list[dict[str, str]]
+
+
+ScoreFn = Callable[[list[Task], list[str]], list[float]]
+"""Rewards in [0, 1] for (task, decoded completion) pairs."""
+
+MANIFEST = "manifest.json"
+TRAINER_STATE = "trainer_state.pt"
+
+
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> list[int]:
+    """Render chat messages with the tokenizer's own chat template, ready for the assistant turn."""
+    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                              return_dict=True)["input_ids"])
+
+
+def step_seed(seed: int, step: int, rank: int = 0) -> int:
+    return (seed * 1_000_003 + step * 7_919 + rank * 104_729) % (2**63)
+
+
+def tasks_for_step(tasks: Sequence[Task], n: int, seed: int, step: int) -> list[Task]:
+    """The step's tasks: consecutive slices of a fresh seeded permutation per epoch."""
+    picked = []
+    for i in range(step * n, (step + 1) * n):
+        epoch, pos = divmod(i, len(tasks))
+        picked.append(tasks[random.Random(seed * 7_727 + epoch).sample(range(len(tasks)), len(tasks))[pos]])
+    return picked
+
+
+def sampling_params(cfg: Config, max_new_tokens: int) -> SamplingParams:
+    s = cfg.sampling
+    return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, max_new_tokens=max_new_tokens)
+
+
+def make_backend(model_dir: str | Path, tokenizer: PreTrainedTokenizerBase, cfg: Config, batch_size: int) -> HFBackend:
+    """The CPU rollout backend: its own copy of the policy in `sampling.dtype` with eager attention
+    (the fastest single-token decode on CPU), kept in sync with the trainer after every step."""
+    model = load_model(model_dir, cfg.sampling.dtype, attn_implementation="eager")
+    stop_ids = {tokenizer.eos_token_id, *_as_list(model.generation_config.eos_token_id)}
+    return HFBackend(model, stop_ids=[i for i in stop_ids if i is not None], pad_id=tokenizer.pad_token_id,
+                     batch_size=batch_size)
+
+
+def _as_list(x) -> list:
+    return [] if x is None else list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def rollout(backend: HFBackend, tokenizer: PreTrainedTokenizerBase, tasks: list[Task], params: SamplingParams,
+            seed: int, rollouts_per_task: int) -> list[Trajectory]:
+    """Sample `rollouts_per_task` single-turn trajectories per task (rewards are filled in later)."""
+    prompts = [encode_prompt(tokenizer, t.messages) for t in tasks]
+    flat = [(g, task, prompt) for g, (task, prompt) in enumerate(zip(tasks, prompts)) for _ in range(rollouts_per_task)]
+    completions = backend.generate([p for _, _, p in flat], params, seed)
+    return [Trajectory(task_id=task.task_id, group=g, turns=[Turn(list(p), c.token_ids, c.logprobs)],
+                       metadata={"stopped": c.stopped})
+            for (g, task, p), c in zip(flat, completions)]
+
+
+def policy_outputs(model: torch.nn.Module, batch, temperature: float, chunk_size: int) -> PolicyOutputs:
+    """Student forward pass: final hidden states, then chunked log-probs of the action targets only
+    (other positions are 0 and masked out of every loss)."""
+    out = model(input_ids=batch.input_ids_B_L, attention_mask=batch.attention_mask_B_L,
+                output_hidden_states=True, logits_to_keep=1, use_cache=False)
+    hidden_B_T_D = out.hidden_states[-1][:, :-1]
+    weight_V_D = _unwrap(model).get_output_embeddings().weight
+    where_B_T = batch.action_mask_B_T > 0
+    logp_N = token_logprobs(hidden_B_T_D[where_B_T], weight_V_D, batch.target_ids_B_T[where_B_T], temperature,
+                            chunk_size)
+    logp_B_T = torch.zeros(where_B_T.shape, dtype=logp_N.dtype).masked_scatter(where_B_T, logp_N)
+    return PolicyOutputs(logp_B_T)
+
+
+def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    return getattr(model, "module", model)
+
+
+def update(model, optimizer, accelerator: Accelerator, method: Method, trajectories: list[Trajectory],
+           pad_id: int, cfg: Config) -> dict[str, float]:
+    """One optimizer step over the step's trajectories, accumulated over micro-batches."""
+    method.prepare(trajectories)
+    optimizer.zero_grad(set_to_none=True)
+    totals: dict[str, float] = {}
+    gap_sum, gap_tokens = 0.0, 0.0
+    micro = cfg.train.micro_batch_size
+    for start in range(0, len(trajectories), micro):
+        chunk = trajectories[start:start + micro]
+        batch = collate(chunk, pad_id)
+        student = policy_outputs(model, batch, cfg.sampling.temperature, cfg.train.loss_chunk_size)
+        loss, metrics = method.loss(student, batch)
+        weight = len(chunk) / len(trajectories)
+        accelerator.backward(loss * weight)
+        for k, v in {"loss": loss.item(), **metrics}.items():
+            totals[k] = totals.get(k, 0.0) + v * weight
+        mask = batch.action_mask_B_T
+        gap_sum += ((student.logp_B_T.detach() - batch.sampler_logprobs_B_T).abs() * mask).sum().item()
+        gap_tokens += mask.sum().item()
+    grad_norm = accelerator.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+    optimizer.step()
+    totals["grad_norm"] = float(grad_norm)
+    # How far the rollout engine's log-probs are from the trainer's (dtype / kernel mismatch).
+    totals["sampler_logp_abs_gap"] = gap_sum / max(gap_tokens, 1.0)
+    return totals
+
+
+def config_fingerprint(cfg: Config) -> str:
+    """Identifies a training run for resuming; the step budget may grow without invalidating it."""
+    d = cfg.to_dict()
+    d["train"] = {k: v for k, v in d["train"].items() if k not in ("steps", "save_every")}
+    d.pop("tracking")
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def save_checkpoint(out_dir: Path, model, tokenizer, optimizer, step: int, history: list[dict], cfg: Config,
+                    method: Method) -> None:
+    """`out_dir/model` is a plain save_pretrained folder; trainer_state.pt holds what resuming needs."""
+    tmp = out_dir / "model.tmp"
+    _unwrap(model).save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(out_dir / "model", ignore_errors=True)
+    tmp.rename(out_dir / "model")
+    torch.save({"step": step, "optimizer": optimizer.state_dict(), "history": history,
+                "fingerprint": config_fingerprint(cfg)}, out_dir / TRAINER_STATE)
+    write_manifest(out_dir, method.name, step, weights="model")
+
+
+def write_manifest(out_dir: Path, method: str, steps: int, weights: str) -> None:
+    (out_dir / MANIFEST).write_text(json.dumps({"method": method, "steps": steps, "weights": weights}, indent=2))
+
+
+def policy_dir(checkpoint_dir: str | Path, base_dir: str | Path) -> Path:
+    """The model folder a checkpoint stands for: its own weights, or the base model (vanilla)."""
+    checkpoint_dir = Path(checkpoint_dir)
+    manifest_path = checkpoint_dir / MANIFEST
+    if not manifest_path.exists():
+        raise FileNotFoundError(f"{checkpoint_dir}: no checkpoint here (run its train stage first)")
+    manifest = json.loads(manifest_path.read_text())
+    return Path(base_dir) if manifest["weights"] == "base" else checkpoint_dir / manifest["weights"]
+
+
+def train(cfg: Config, method: Method, tasks: Sequence[Task], score: ScoreFn, base_dir: str | Path,
+          out_dir: str | Path, tracker: Tracker | None = None) -> dict:
+    """Run (or resume) the on-policy loop; returns {"summary": ..., "history": [...]} for the metrics file."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if not method.trains:
+        write_manifest(out_dir, method.name, 0, weights="base")
+        return {"summary": {"method": method.name, "steps": 0}, "history": []}
+
+    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    tokenizer = load_tokenizer(base_dir)
+    start_step, history = 0, []
+    state_path = out_dir / TRAINER_STATE
+    state = torch.load(state_path, weights_only=False) if state_path.exists() else None
+    if state is not None and state["fingerprint"] != config_fingerprint(cfg):
+        print(f"{out_dir}: existing checkpoint is from a different configuration; starting fresh")
+        state = None
+    model = load_model(out_dir / "model" if state else base_dir, cfg.model.dtype)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
+    if state:
+        optimizer.load_state_dict(state["optimizer"])
+        start_step, history = state["step"], state["history"]
+        print(f"resuming {method.name} from step {start_step}")
+    model, optimizer = accelerator.prepare(model, optimizer)
+    backend = make_backend(out_dir / "model" if state else base_dir, tokenizer, cfg, cfg.sampling.batch_size)
+
+    tasks_per_step = cfg.train.rollouts_per_step // method.rollouts_per_task
+    params = sampling_params(cfg, cfg.sampling.max_new_tokens)
+    rank, world = accelerator.process_index, accelerator.num_processes
+    for step in range(start_step, cfg.train.steps):
+        t0 = time.perf_counter()
+        step_tasks = tasks_for_step(tasks, tasks_per_step, cfg.seed, step)[rank::world]
+        trajectories = rollout(backend, tokenizer, step_tasks, params, step_seed(cfg.seed, step, rank),
+                               method.rollouts_per_task)
+        t1 = time.perf_counter()
+        by_id = {t.task_id: t for t in step_tasks}
+        texts = [tokenizer.decode(tr.turns[-1].action_ids, skip_special_tokens=True) for tr in trajectories]
+        for traj, reward in zip(trajectories, score([by_id[tr.task_id] for tr in trajectories], texts)):
+            traj.reward = reward
+        t2 = time.perf_counter()
+        metrics = update(model, optimizer, accelerator, method, trajectories, tokenizer.pad_token_id, cfg)
+        backend.model.load_state_dict(_unwrap(model).state_dict())
+        t3 = time.perf_counter()
+        rewards = [t.reward for t in trajectories]
+        lengths = [t.num_action_tokens for t in trajectories]
+        metrics.update({
+            "reward_mean": sum(rewards) / len(rewards),
+            "success_rate": sum(r >= 1.0 for r in rewards) / len(rewards),
+            "response_tokens_mean": sum(lengths) / len(lengths),
+            "stop_rate": sum(t.metadata["stopped"] for t in trajectories) / len(trajectories),
+            "cumulative_rollouts": (step + 1) * cfg.train.rollouts_per_step,
+            "time_sampling_s": t1 - t0, "time_reward_s": t2 - t1, "time_update_s": t3 - t2,
+            "rollout_tokens_per_s": sum(lengths) / max(t1 - t0, 1e-9),
+        })
+        history.append({"step": step + 1, **metrics})
+        if tracker:
+            tracker.log_metrics(metrics, step=step + 1)
+        print(f"[{method.name}] step {step + 1}/{cfg.train.steps} reward {metrics['reward_mean']:.3f} "
+              f"loss {metrics['loss']:.4f} ({t3 - t0:.1f}s)", flush=True)
+        if accelerator.is_main_process and ((step + 1) % cfg.train.save_every == 0 or step + 1 == cfg.train.steps):
+            save_checkpoint(out_dir, model, tokenizer, optimizer, step + 1, history, cfg, method)
+    if accelerator.is_main_process and cfg.train.steps == start_step == 0:
+        save_checkpoint(out_dir, model, tokenizer, optimizer, 0, history, cfg, method)
+    summary = {"method": method.name, "steps": cfg.train.steps,
+               "final_reward_mean": history[-1]["reward_mean"] if history else None,
+               "mean_reward_mean": sum(h["reward_mean"] for h in history) / len(history) if history else None}
+    return {"summary": summary, "history": history}

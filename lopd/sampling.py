@@ -1,0 +1,150 @@
+"""Rollout backends: token ids in, sampled token ids and their log-probs out.
+
+The loop talks to a `RolloutBackend`; `HFBackend` is the CPU one: a hand-written decode loop over a
+Hugging Face causal LM with a KV cache. It avoids `generate`'s per-step overhead (logits processors
+over the whole vocabulary, stopping-criteria objects) and drops finished rows from the batch so that
+long-tail rollouts do not keep paying for short ones. A vLLM backend can implement the same protocol.
+
+Log-probs are those of the temperature-scaled full-vocabulary distribution softmax(z / T), the
+distribution the trainer recomputes (top-k / top-p only decide which tokens may be drawn).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import torch
+from transformers.cache_utils import Cache, DynamicLayer
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = 20
+    max_new_tokens: int = 256
+
+
+@dataclass(frozen=True)
+class Completion:
+    token_ids: list[int]
+    """Sampled tokens, including the stop token when the model emitted one."""
+    logprobs: list[float]
+    """log softmax(z / T) of each sampled token under the sampling policy."""
+    stopped: bool
+    """True if the model emitted a stop token; False if it ran out of budget."""
+
+
+class RolloutBackend(Protocol):
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, seed: int) -> list[Completion]: ...
+
+
+def sample_next(logits_B_V: torch.Tensor, params: SamplingParams, generator: torch.Generator
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row with temperature, top-k then top-p; return (tokens_B, logprobs_B)."""
+    logp_B_V = torch.log_softmax(logits_B_V.float() / params.temperature, dim=-1)
+    top_logp_B_K, top_ids_B_K = torch.topk(logp_B_V, min(params.top_k, logp_B_V.shape[-1]), dim=-1)
+    probs_B_K = torch.softmax(top_logp_B_K, dim=-1)
+    # Nucleus over the top-k (sorted descending): keep a token if the mass before it is < top_p.
+    mass_before_B_K = torch.cumsum(probs_B_K, dim=-1) - probs_B_K
+    probs_B_K = probs_B_K.masked_fill(mass_before_B_K >= params.top_p, 0.0)
+    choice_B = torch.multinomial(probs_B_K, 1, generator=generator).squeeze(-1)
+    rows = torch.arange(choice_B.shape[0])
+    return top_ids_B_K[rows, choice_B], top_logp_B_K[rows, choice_B]
+
+
+class _PreallocatedLayer(DynamicLayer):
+    """A KV-cache layer that writes into a buffer sized for the whole rollout instead of `torch.cat`-ing
+    the full cache on every decode step (which made the cache copy O(length) per token)."""
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.dtype, self.device = key_states.dtype, key_states.device
+            batch, heads, _, dim = key_states.shape
+            self.key_buffer = key_states.new_empty(batch, heads, self.capacity, dim)
+            self.value_buffer = value_states.new_empty(batch, heads, self.capacity, value_states.shape[-1])
+            self.is_initialized = True
+        new = key_states.shape[-2]
+        self.key_buffer[:, :, self.length:self.length + new] = key_states
+        self.value_buffer[:, :, self.length:self.length + new] = value_states
+        self.length += new
+        self.keys = self.key_buffer[:, :, :self.length]
+        self.values = self.value_buffer[:, :, :self.length]
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self.key_buffer, self.value_buffer = self.key_buffer[indices], self.value_buffer[indices]
+        self.keys = self.key_buffer[:, :, :self.length]
+        self.values = self.value_buffer[:, :, :self.length]
+
+
+class HFBackend:
+    """Batched sampling with a KV cache on any Hugging Face causal LM."""
+
+    def __init__(self, model: torch.nn.Module, stop_ids: Sequence[int], pad_id: int, batch_size: int = 32):
+        self.model = model
+        self.stop_ids = torch.tensor(sorted(set(stop_ids)))
+        self.pad_id = pad_id
+        self.batch_size = batch_size
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, seed: int) -> list[Completion]:
+        generator = torch.Generator().manual_seed(seed)
+        # Batch prompts of similar length together: less padding, same results for a given seed.
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        results: list[Completion | None] = [None] * len(prompts)
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start:start + self.batch_size]
+            for i, completion in zip(idx, self._generate_batch([prompts[i] for i in idx], params, generator)):
+                results[i] = completion
+        return results  # type: ignore[return-value]
+
+    def _generate_batch(self, prompts: list[Sequence[int]], params: SamplingParams,
+                        generator: torch.Generator) -> list[Completion]:
+        was_training = self.model.training
+        self.model.eval()
+        n, width = len(prompts), max(len(p) for p in prompts)
+        ids_B_L = torch.full((n, width), self.pad_id, dtype=torch.long)
+        mask_B_L = torch.zeros((n, width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):  # left padding: every row's next token is at the end
+            ids_B_L[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
+            mask_B_L[row, width - len(prompt):] = 1
+        positions_B_L = (mask_B_L.cumsum(-1) - 1).clamp(min=0)
+        capacity = width + params.max_new_tokens
+        cache = Cache(layers=[_PreallocatedLayer(capacity) for _ in range(self.model.config.num_hidden_layers)])
+        out = self.model(input_ids=ids_B_L, attention_mask=mask_B_L, position_ids=positions_B_L,
+                         past_key_values=cache, use_cache=True, logits_to_keep=1)
+        logits_B_V = out.logits[:, -1]
+        next_pos_B = positions_B_L[:, -1] + 1
+
+        tokens: list[list[int]] = [[] for _ in range(n)]
+        logprobs: list[list[float]] = [[] for _ in range(n)]
+        stopped = [False] * n
+        active = torch.arange(n)  # original row of each row still in the batch
+        for step in range(params.max_new_tokens):
+            tok_B, logp_B = sample_next(logits_B_V, params, generator)
+            for row, t, lp in zip(active.tolist(), tok_B.tolist(), logp_B.tolist()):
+                tokens[row].append(t)
+                logprobs[row].append(lp)
+            done_B = torch.isin(tok_B, self.stop_ids)
+            for row in active[done_B].tolist():
+                stopped[row] = True
+            if step == params.max_new_tokens - 1 or bool(done_B.all()):
+                break
+            if bool(done_B.any()):  # drop finished rows from the batch and the cache
+                keep = (~done_B).nonzero().squeeze(-1)
+                active, tok_B, next_pos_B, mask_B_L = active[keep], tok_B[keep], next_pos_B[keep], mask_B_L[keep]
+                cache.batch_select_indices(keep)
+            mask_B_L = torch.cat([mask_B_L, torch.ones((len(active), 1), dtype=torch.long)], dim=-1)
+            out = self.model(input_ids=tok_B[:, None], attention_mask=mask_B_L, position_ids=next_pos_B[:, None],
+                             past_key_values=cache, use_cache=True)
+            logits_B_V = out.logits[:, -1]
+            next_pos_B = next_pos_B + 1
+        self.model.train(was_training)
+        return [Completion(tokens[r], logprobs[r], stopped[r]) for r in range(n)]

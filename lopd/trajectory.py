@@ -1,0 +1,98 @@
+"""Token-in/token-out trajectories and the padded batches built from them.
+
+A trajectory is a list of turns. Each turn is the tokens the prompt or the environment contributed
+(`context_ids`, never trained on) followed by the tokens the policy sampled (`action_ids`, with the
+sampler's log-probs). Concatenating the turns gives exactly the sequence the policy saw and wrote,
+so the trainer scores the very tokens that were sampled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Turn:
+    context_ids: list[int]
+    """Prompt tokens (first turn) or environment/tool tokens (later turns): masked out of every loss."""
+    action_ids: list[int]
+    """Tokens sampled by the policy."""
+    action_logprobs: list[float]
+    """Sampler log-probs of `action_ids`."""
+
+    def __post_init__(self) -> None:
+        if len(self.action_ids) != len(self.action_logprobs):
+            raise ValueError("Turn: action_ids and action_logprobs differ in length")
+
+
+@dataclass
+class Trajectory:
+    task_id: str
+    turns: list[Turn]
+    reward: float = 0.0
+    """Outcome reward in [0, 1]."""
+    group: int = 0
+    """Index of the rollout group (the rollouts of one task in one step share it)."""
+    advantage: float = 0.0
+    """Set by the method over the whole step (e.g. GRPO's group-normalised reward)."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def token_ids(self) -> list[int]:
+        return [t for turn in self.turns for t in (*turn.context_ids, *turn.action_ids)]
+
+    @property
+    def action_mask(self) -> list[int]:
+        return [m for turn in self.turns for m in (*[0] * len(turn.context_ids), *[1] * len(turn.action_ids))]
+
+    @property
+    def sampler_logprobs(self) -> list[float]:
+        return [lp for turn in self.turns for lp in (*[0.0] * len(turn.context_ids), *turn.action_logprobs)]
+
+    @property
+    def num_action_tokens(self) -> int:
+        return sum(len(turn.action_ids) for turn in self.turns)
+
+
+@dataclass
+class TokenBatch:
+    """Right-padded tensors for a list of trajectories, aligned to next-token targets.
+
+    Position t of a `_B_T` tensor describes the prediction of token t+1 from the logits at position t.
+    """
+
+    input_ids_B_L: torch.Tensor
+    attention_mask_B_L: torch.Tensor
+    target_ids_B_T: torch.Tensor
+    action_mask_B_T: torch.Tensor
+    sampler_logprobs_B_T: torch.Tensor
+    rewards_B: torch.Tensor
+    advantages_B: torch.Tensor
+
+
+def collate(trajectories: list[Trajectory], pad_id: int) -> TokenBatch:
+    """Pad trajectories into a TokenBatch (pure: no model, no randomness)."""
+    width = max(len(t.token_ids) for t in trajectories)
+    n = len(trajectories)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    attention = torch.zeros((n, width), dtype=torch.long)
+    action = torch.zeros((n, width), dtype=torch.float32)
+    sampler = torch.zeros((n, width), dtype=torch.float32)
+    for row, traj in enumerate(trajectories):
+        length = len(traj.token_ids)
+        ids[row, :length] = torch.tensor(traj.token_ids)
+        attention[row, :length] = 1
+        action[row, :length] = torch.tensor(traj.action_mask, dtype=torch.float32)
+        sampler[row, :length] = torch.tensor(traj.sampler_logprobs)
+    return TokenBatch(
+        input_ids_B_L=ids,
+        attention_mask_B_L=attention,
+        target_ids_B_T=ids[:, 1:],
+        action_mask_B_T=action[:, 1:],
+        sampler_logprobs_B_T=sampler[:, 1:],
+        rewards_B=torch.tensor([t.reward for t in trajectories], dtype=torch.float32),
+        advantages_B=torch.tensor([t.advantage for t in trajectories], dtype=torch.float32),
+    )

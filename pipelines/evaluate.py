@@ -1,0 +1,52 @@
+"""Stage `eval@<method>x<benchmark>`: sample from a trained policy and score it with the official harness."""
+
+from __future__ import annotations
+
+import time
+
+from evaluation import evalplus_bench
+from lopd.loop import encode_prompt, make_backend, policy_dir, sampling_params
+from lopd.models import load_tokenizer
+from lopd.tracking import Tracker
+from pipelines.common import BASE_MODEL_DIR, CHECKPOINTS_DIR, METRICS_DIR, RESULTS_DIR, parse_args, write_json
+
+
+def main() -> None:
+    args, cfg = parse_args(__doc__, method={"required": True}, benchmark={"required": True,
+                           "choices": evalplus_bench.BENCHMARKS})
+    model_dir = policy_dir(CHECKPOINTS_DIR / args.method, BASE_MODEL_DIR)
+    data_dir = cfg.data.shared_path("evalplus")
+    problems = evalplus_bench.load_problems(args.benchmark, data_dir, limit=cfg.eval.task_limit)
+    with Tracker(cfg, f"eval@{args.method}x{args.benchmark}") as tracker:
+        tokenizer = load_tokenizer(model_dir)
+        backend = make_backend(model_dir, tokenizer, cfg, cfg.eval.batch_size)
+        task_ids = [tid for tid in problems for _ in range(cfg.eval.n_samples)]
+        prompts = [encode_prompt(tokenizer, evalplus_bench.build_messages(problems[tid], args.benchmark))
+                   for tid in task_ids]
+        start = time.perf_counter()
+        outputs = backend.generate(prompts, sampling_params(cfg, cfg.eval.max_new_tokens), seed=cfg.seed)
+        sampling_s = time.perf_counter() - start
+        completions: dict[str, list[str]] = {tid: [] for tid in problems}
+        for tid, out in zip(task_ids, outputs):
+            completions[tid].append(tokenizer.decode(out.token_ids, skip_special_tokens=True))
+        start = time.perf_counter()
+        scored = evalplus_bench.score(args.benchmark, problems, completions, data_dir=data_dir,
+                                      workers=cfg.eval.workers)
+        scoring_s = time.perf_counter() - start
+        summary = {k: v for k, v in scored.items() if k != "per_task"}
+        summary.update({"method": args.method, "profile": cfg.profile, "seed": cfg.seed,
+                        "task_limit": cfg.eval.task_limit, "max_new_tokens": cfg.eval.max_new_tokens,
+                        "generated_tokens": sum(len(o.token_ids) for o in outputs),
+                        "sampling_s": round(sampling_s, 1), "scoring_s": round(scoring_s, 1)})
+        metrics_path = METRICS_DIR / "eval" / args.method / f"{args.benchmark}.json"
+        write_json(metrics_path, summary)
+        results_path = RESULTS_DIR / "eval" / args.method / f"{args.benchmark}.json"
+        write_json(results_path, {"summary": summary, "per_task": {
+            tid: {**scored["per_task"][tid], "completions": completions[tid]} for tid in problems}})
+        tracker.log_metrics({k: v for k, v in summary.items() if isinstance(v, (int, float))})
+        tracker.log_artifact(metrics_path)
+    print(f"{args.method} on {args.benchmark}: pass@1 {summary['pass@1_plus']:.2f} (base {summary['pass@1_base']:.2f})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""Stage `prepare_model`: materialise the configured base model as models/base (save_pretrained)."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+from lopd.models import prepare_base_model
+from lopd.tracking import Tracker
+from pipelines.common import BASE_MODEL_DIR, parse_args
+
+
+def main() -> None:
+    _, cfg = parse_args(__doc__)
+    with Tracker(cfg, "prepare_model") as tracker:
+        start = time.perf_counter()
+        shutil.rmtree(BASE_MODEL_DIR, ignore_errors=True)
+        prepare_base_model(cfg.model.name, BASE_MODEL_DIR, seed=cfg.seed, dtype=cfg.model.dtype)
+        tracker.log_metrics({"wall_s": time.perf_counter() - start})
+    print(f"prepared {cfg.model.name} -> {BASE_MODEL_DIR}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+"""Stage `train@<method>`: run the shared on-policy loop for one method on the coding training split."""
+
+from __future__ import annotations
+
+import time
+
+from lopd.loop import train
+from lopd.tracking import Tracker
+from pipelines.common import (BASE_MODEL_DIR, CHECKPOINTS_DIR, METRICS_DIR, build_method, coding_training_tasks,
+                              parse_args, write_json)
+
+
+def main() -> None:
+    args, cfg = parse_args(__doc__, method={"required": True, "help": "method name, e.g. grpo"})
+    method = build_method(args.method, cfg)
+    tasks, score = coding_training_tasks(cfg)
+    with Tracker(cfg, f"train@{method.name}") as tracker:
+        start = time.perf_counter()
+        result = train(cfg, method, tasks, score, BASE_MODEL_DIR, CHECKPOINTS_DIR / method.name, tracker)
+        result["summary"].update({"profile": cfg.profile, "seed": cfg.seed, "n_train_tasks": len(tasks),
+                                  "wall_s": round(time.perf_counter() - start, 1)})
+        path = METRICS_DIR / "train" / f"{method.name}.json"
+        write_json(path, result)
+        tracker.log_artifact(path)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

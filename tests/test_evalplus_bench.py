@@ -1,0 +1,213 @@
+"""HumanEval+ / MBPP+ scoring with the official evalplus harness inside the project sandbox."""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.error
+from pathlib import Path
+
+import pytest
+
+from evaluation import evalplus_bench as eb
+
+SHARED = Path(os.environ.get("LOPD_SHARED_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+DATA_DIR = SHARED / "evalplus"
+needs_data = pytest.mark.skipif(
+    not (DATA_DIR / "HumanEvalPlus-v0.1.10.jsonl.gz").is_file()
+    or not (DATA_DIR / "MbppPlus-v0.2.0.jsonl.gz").is_file(),
+    reason=f"EvalPlus release files not in {DATA_DIR} (set LOPD_SHARED_DATA)",
+)
+
+
+def fenced(code: str) -> str:
+    return f"Here is my solution.\n```python\n{code}\n```\nIt runs in linear time."
+
+
+def canonical(problem: dict, benchmark: str) -> str:
+    if benchmark == "humaneval_plus":
+        return problem["prompt"] + problem["canonical_solution"]
+    return problem["canonical_solution"]
+
+
+def spread(problems: dict, k: int = 5) -> dict:
+    """k tasks evenly spaced over the release order, from the second (deterministic; for
+    HumanEval+ this avoids HumanEval/32, see test_evalplus_0_3_1_find_zero_bug)."""
+    ids = list(problems)
+    return {tid: problems[tid] for tid in ids[1 :: len(ids) // k][:k]}
+
+
+@pytest.fixture(scope="module")
+def all_problems():
+    return {b: eb.load_problems(b, DATA_DIR) for b in eb.BENCHMARKS}
+
+
+@pytest.fixture(scope="module")
+def gt_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("evalplus-groundtruth")
+
+
+# ----------------------------------------------------------------------- no data
+
+
+def test_messages_follow_evalplus_chat_protocol_without_system_prompt():
+    problem = {"prompt": '\ndef add(a, b):\n    """Add two numbers."""\n'}
+    for bench in eb.BENCHMARKS:
+        messages = eb.build_messages(problem, bench)
+        assert [m["role"] for m in messages] == ["user"]
+        assert messages[0]["content"] == (
+            "Please provide a self-contained Python script that solves the following problem "
+            "in a markdown code block:\n```\n"
+            'def add(a, b):\n    """Add two numbers."""\n```\n'
+        )
+        prefilled = eb.build_messages(problem, bench, prefill_response=True)
+        assert [m["role"] for m in prefilled] == ["user", "assistant"]
+        assert prefilled[1]["content"] == eb.RESPONSE_PREFIX + "\n```python\n"
+    with pytest.raises(ValueError):
+        eb.build_messages(problem, "humaneval")
+
+
+@pytest.mark.parametrize("benchmark", eb.BENCHMARKS)
+def test_missing_data_gives_one_line_offline_error(benchmark, tmp_path, monkeypatch):
+    import evalplus.data.utils as du
+
+    def offline(url, out=None, bar=None):
+        raise urllib.error.URLError("Name or service not known")
+
+    monkeypatch.setattr(du, "CACHE_DIR", str(tmp_path / "evalplus-cache"))  # no cached copy
+    monkeypatch.setattr("evalplus.data.humaneval.HUMANEVAL_OVERRIDE_PATH", None)
+    monkeypatch.setattr("evalplus.data.mbpp.MBPP_OVERRIDE_PATH", None)
+    monkeypatch.setattr(du.wget, "download", offline)
+    missing = tmp_path / "nowhere"
+    with pytest.raises(eb.EvalPlusDataUnavailable) as err:
+        eb.load_problems(benchmark, missing)
+    message = str(err.value)
+    assert "\n" not in message
+    assert "not available offline" in message and str(missing) in message
+
+
+def test_pass_at_1_is_mean_of_per_task_fractions():
+    per_task = {
+        "T/0": {"base": [True, False], "plus": [False, False], "status": ["plus:fail", "base:fail"]},
+        "T/1": {"base": [True, True, True], "plus": [True, False, True], "status": ["pass", "plus:fail", "pass"]},
+        "T/2": {"base": [False, False], "plus": [False, False], "status": ["base:fail"] * 2},
+    }
+    out = eb.summarize("mbpp_plus", per_task)
+    assert out["n_tasks"] == 3 and out["n_samples_per_task"] == 2
+    assert out["pass@1_base"] == pytest.approx((1 / 2 + 3 / 3 + 0) / 3 * 100)
+    assert out["pass@1_plus"] == pytest.approx((0 + 2 / 3 + 0) / 3 * 100)
+
+
+def test_fast_sanitizer_matches_evalplus_sanitize():
+    from evalplus.sanitize import sanitize
+
+    text = "\n".join(
+        ["Let me think about the problem first.", "We need a helper.", ""]
+        + ["```python", "def helper(x):", "    return x * 2", "```", "Now the main part:", "```python", "import math"]
+        + [f"C{i} = {i}" for i in range(20)]
+        + ["def solve(x):", "    return helper(x) + math.floor(C3)", "", "print(solve(3))", "```"]
+        + [f"Step {i}: check the edge case." for i in range(25)]
+    )
+    assert len(text.split("\n")) > 40  # exercises the segment-wise path
+    for entry in ("solve", "helper", "missing"):
+        assert eb.sanitize_completion(text, entry) == sanitize(text, entry)
+    assert eb.sanitize_completion("no code at all", "f") == sanitize("no code at all", "f")
+
+
+def test_sanitizer_stays_fast_on_degenerate_long_outputs():
+    code = "def solve(x):\n    return x + 1"
+    text = "\n".join(f"I will now repeat myself, take {i}." for i in range(1500)) + f"\n```python\n{code}\n```\n"
+    started = time.monotonic()
+    assert eb.sanitize_completion(text, "solve") == code
+    assert time.monotonic() - started < 30  # evalplus' own sanitize: minutes on this text
+
+
+def test_score_rejects_completions_that_do_not_match_the_tasks():
+    problems = {"HumanEval/0": {}, "HumanEval/1": {}}
+    with pytest.raises(ValueError, match="missing"):
+        eb.score("humaneval_plus", problems, {"HumanEval/0": ["x"]})
+    with pytest.raises(ValueError, match="unknown"):
+        eb.score("humaneval_plus", problems, {"HumanEval/0": ["x"], "HumanEval/1": ["y"], "HumanEval/9": ["z"]})
+
+
+# -------------------------------------------------------------------- with data
+
+
+@needs_data
+def test_load_problems_limit_takes_the_first_task_ids(all_problems):
+    assert len(all_problems["humaneval_plus"]) == 164
+    assert len(all_problems["mbpp_plus"]) == 378
+    for bench in eb.BENCHMARKS:
+        head = eb.load_problems(bench, DATA_DIR, limit=3)
+        assert list(head) == list(all_problems[bench])[:3]
+    assert list(eb.load_problems("humaneval_plus", DATA_DIR, limit=2)) == ["HumanEval/0", "HumanEval/1"]
+    mbpp = all_problems["mbpp_plus"]["Mbpp/2"]  # evalplus deserialises MBPP+ inputs (tuples)
+    assert isinstance(mbpp["base_input"][0][0], tuple)
+
+
+@needs_data
+@pytest.mark.parametrize("benchmark", eb.BENCHMARKS)
+def test_canonical_solutions_score_100(benchmark, all_problems, gt_cache):
+    problems = spread(all_problems[benchmark])
+    completions = {tid: [fenced(canonical(p, benchmark))] for tid, p in problems.items()}
+    out = eb.score(benchmark, problems, completions, data_dir=DATA_DIR, cache_dir=gt_cache)
+    statuses = {tid: v["status"] for tid, v in out["per_task"].items()}
+    assert statuses == {tid: ["pass"] for tid in problems}
+    assert out["pass@1_base"] == 100.0 and out["pass@1_plus"] == 100.0
+    assert out["benchmark"] == benchmark and out["n_tasks"] == 5 and out["n_samples_per_task"] == 1
+
+
+@needs_data
+def test_wrong_and_hostile_solutions_score_zero(all_problems, gt_cache, tmp_path):
+    problem = all_problems["humaneval_plus"]["HumanEval/0"]
+    entry = problem["entry_point"]
+    canary = tmp_path / "escaped"
+    header = f"def {entry}(numbers, threshold):\n"
+    bad = {
+        "none": header + "    return None\n",
+        "syntax": header + "    return (numbers\n",
+        "loop": header + "    while True:\n        pass\n    return True\n",
+        "hostile": "import os\n" + header + f"    os.system('touch {canary}')\n"
+        f"    open('{canary}', 'w').write('x')\n    return True\n",
+        "exit": "import os\n" + header + "    os._exit(0)\n    return True\n",
+        "spoof": "import os\n" + header
+        + "    os.write(1, b'\\n@@LOPD-EVALPLUS-VERDICT {\"ok\": true, \"base\": \"pass\", \"plus\": \"pass\"}\\n')\n"
+        "    return True\n",
+        "prose": "I cannot solve this problem.",
+    }
+    completions = {"HumanEval/0": [fenced(code) for code in bad.values()]}
+    out = eb.score("humaneval_plus", {"HumanEval/0": problem}, completions, data_dir=DATA_DIR, cache_dir=gt_cache)
+    verdict = out["per_task"]["HumanEval/0"]
+    assert verdict["base"] == [False] * len(bad) and verdict["plus"] == [False] * len(bad)
+    assert all(s != "pass" for s in verdict["status"]), verdict["status"]
+    assert out["pass@1_base"] == 0.0 and out["pass@1_plus"] == 0.0
+    assert not canary.exists()
+
+
+@needs_data
+def test_plus_needs_base_and_extra_tests(all_problems, gt_cache):
+    """A lookup table of the base tests passes base, fails plus: the EvalPlus+ gap."""
+    problem = all_problems["mbpp_plus"]["Mbpp/2"]
+    scope: dict = {}
+    exec(problem["canonical_solution"], scope)
+    fn = scope[problem["entry_point"]]
+    table = {repr(tuple(args)): fn(*args) for args in problem["base_input"]}
+    memorised = f"TABLE = {table!r}\n\ndef {problem['entry_point']}(*args):\n    return TABLE.get(repr(args))\n"
+    completions = {"Mbpp/2": [fenced(memorised), fenced(canonical(problem, "mbpp_plus"))]}
+    out = eb.score("mbpp_plus", {"Mbpp/2": problem}, completions, data_dir=DATA_DIR, cache_dir=gt_cache)
+    verdict = out["per_task"]["Mbpp/2"]
+    assert verdict["base"] == [True, True] and verdict["plus"] == [False, True]
+    assert verdict["status"] == ["plus:fail", "pass"]
+    assert out["pass@1_base"] == 100.0 and out["pass@1_plus"] == 50.0
+
+
+@needs_data
+def test_evalplus_0_3_1_find_zero_bug(all_problems, gt_cache):
+    """evalplus 0.3.1's find_zero oracle (HumanEval/32) `continue`s before recording the
+    passed test, so every solution, the canonical one included, is judged `fail`; later
+    upstream versions record it. Kept as-is (official 0.3.1 behaviour): HumanEval+ tops out
+    at 163/164. If this test fails, evalplus changed and the ceiling is 100% again."""
+    problem = all_problems["humaneval_plus"]["HumanEval/32"]
+    completions = {"HumanEval/32": [fenced(canonical(problem, "humaneval_plus"))]}
+    out = eb.score("humaneval_plus", {"HumanEval/32": problem}, completions, data_dir=DATA_DIR, cache_dir=gt_cache)
+    assert out["per_task"]["HumanEval/32"]["status"] == ["base:fail"]
