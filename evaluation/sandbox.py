@@ -8,8 +8,8 @@ How strongly it is isolated is decided once per host process by a probe run (`is
                 as a throwaway uid with no_new_privs; every mount is read-only and nosuid, except a
                 private size-capped tmpfs that is its cwd/HOME/TMPDIR; /tmp, /var/tmp, /dev/shm, /run,
                 /root, /home and the project directory are replaced by empty read-only tmpfs (only
-                the interpreter's own directories are mounted back). When the supervisor (PID 1) exits, the kernel kills
-                every process left in the namespace.
+                the interpreter's own directories are mounted back). When the supervisor (PID 1)
+                exits, the kernel kills every process left in the namespace.
   "uid"         root, no namespaces: throwaway uid + rlimits + socket guards; files are protected by
                 permissions only, so world-writable dirs such as /tmp stay writable.
   "plain"       not root: rlimits + socket guards + process-group kill. Weakest: the code runs as
@@ -128,11 +128,13 @@ def isolate_filesystem(workdir, uid, size_mb, hidden, keep):
     with open("/proc/self/mountinfo") as f:
         mounts = [line.split()[4:6] for line in f]
     for target, options in mounts:
-        target = target.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+        for escaped, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+            target = target.replace(escaped, char)  # mountinfo escapes these as octal
         if target == workdir or under(target, "/proc"):
             continue
+        options = options.split(",")
         flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID
-        flags |= (MS_NODEV if "nodev" in options.split(",") else 0) | (MS_NOEXEC if "noexec" in options.split(",") else 0)
+        flags |= (MS_NODEV if "nodev" in options else 0) | (MS_NOEXEC if "noexec" in options else 0)
         mount(None, target, None, flags)
     for rel, data in files.items():
         path = os.path.join(workdir, rel)
@@ -298,7 +300,8 @@ def isolation_mode() -> str:
             _mode = "refuse"
             for mode in candidates:
                 # json: the stdlib must be readable by the throwaway uid, not just already loaded
-                result = _run_in(mode, "import json; print(json.dumps(6 * 7))", "", SandboxLimits(wall_seconds=30), {}, ())
+                probe = "import json; print(json.dumps(6 * 7))"
+                result = _run_in(mode, probe, "", SandboxLimits(wall_seconds=30), {}, ())
                 if result.status == "ok" and result.stdout == "42\n":
                     _mode = mode
                     break

@@ -83,6 +83,9 @@ class TrainConfig:
     """AdamW weight decay."""
     grad_clip: float = 1.0
     """Global gradient-norm clip."""
+    mixed_precision: str = "bf16"
+    """Autocast for the trainer's forward/backward (`accelerate` mixed precision): bf16 | no. Weights and
+    AdamW state stay in model.dtype; the vocabulary projection of the loss runs in model.dtype."""
     micro_batch_size: int = 8
     """Trajectories per forward/backward pass; gradients accumulate to one optimizer step."""
     loss_chunk_size: int = 1024
@@ -96,6 +99,7 @@ class TrainConfig:
         _check(self.lr > 0, "train.lr: must be > 0")
         _check(self.weight_decay >= 0, "train.weight_decay: must be >= 0")
         _check(self.grad_clip > 0, "train.grad_clip: must be > 0")
+        _check(self.mixed_precision in ("bf16", "no"), f"train.mixed_precision: {self.mixed_precision!r} is not bf16 or no")
         _check(self.micro_batch_size >= 1, "train.micro_batch_size: must be >= 1")
         _check(self.loss_chunk_size >= 1, "train.loss_chunk_size: must be >= 1")
         _check(self.save_every >= 1, "train.save_every: must be >= 1")

@@ -183,7 +183,7 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], score: ScoreFn, ba
         write_manifest(out_dir, method.name, 0, weights="base")
         return {"summary": {"method": method.name, "steps": 0}, "history": []}
 
-    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=cfg.train.mixed_precision)
     tokenizer = load_tokenizer(base_dir)
     start_step, history = 0, []
     state_path = out_dir / TRAINER_STATE

@@ -11,7 +11,7 @@ from torch.utils.checkpoint import checkpoint
 
 def _chunk_logprobs(hidden_N_D: torch.Tensor, weight_V_D: torch.Tensor, targets_N: torch.Tensor,
                     temperature: float) -> torch.Tensor:
-    logits_N_V = (hidden_N_D @ weight_V_D.T).float() / temperature
+    logits_N_V = (hidden_N_D.to(weight_V_D.dtype) @ weight_V_D.T).float() / temperature
     return logits_N_V.gather(-1, targets_N[:, None]).squeeze(-1) - torch.logsumexp(logits_N_V, dim=-1)
 
 

@@ -11,6 +11,7 @@ distribution the trainer recomputes (top-k / top-p only decide which tokens may 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
@@ -92,6 +93,8 @@ class HFBackend:
         self.stop_ids = torch.tensor(sorted(set(stop_ids)))
         self.pad_id = pad_id
         self.batch_size = batch_size
+        self.stats = {"prefill_s": 0.0, "decode_s": 0.0, "prompt_tokens": 0, "sampled_tokens": 0}
+        """Cumulative wall time and token counts, split into prompt prefill and token-by-token decode."""
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, seed: int) -> list[Completion]:
@@ -115,6 +118,7 @@ class HFBackend:
         for row, prompt in enumerate(prompts):  # left padding: every row's next token is at the end
             ids_B_L[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
             mask_B_L[row, width - len(prompt):] = 1
+        start = time.perf_counter()
         positions_B_L = (mask_B_L.cumsum(-1) - 1).clamp(min=0)
         capacity = width + params.max_new_tokens
         cache = Cache(layers=[_PreallocatedLayer(capacity) for _ in range(self.model.config.num_hidden_layers)])
@@ -122,6 +126,9 @@ class HFBackend:
                          past_key_values=cache, use_cache=True, logits_to_keep=1)
         logits_B_V = out.logits[:, -1]
         next_pos_B = positions_B_L[:, -1] + 1
+        decode_start = time.perf_counter()
+        self.stats["prefill_s"] += decode_start - start
+        self.stats["prompt_tokens"] += sum(len(p) for p in prompts)
 
         tokens: list[list[int]] = [[] for _ in range(n)]
         logprobs: list[list[float]] = [[] for _ in range(n)]
@@ -147,4 +154,6 @@ class HFBackend:
             logits_B_V = out.logits[:, -1]
             next_pos_B = next_pos_B + 1
         self.model.train(was_training)
+        self.stats["decode_s"] += time.perf_counter() - decode_start
+        self.stats["sampled_tokens"] += sum(len(t) for t in tokens)
         return [Completion(tokens[r], logprobs[r], stopped[r]) for r in range(n)]

@@ -1,0 +1,35 @@
+"""Shared fixtures: a seeded tiny random model (SmolLM2 tokenizer) built once per session, and an
+MLflow store under the test's temp dir so tests never touch a user's store."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_mlflow(tmp_path_factory):
+    os.environ["LOPD_MLFLOW_URI"] = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    from lopd.models import prepare_base_model
+
+    return prepare_base_model("tiny-random", tmp_path_factory.mktemp("tiny") / "base", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_model_dir):
+    from lopd.models import load_model
+
+    return load_model(tiny_model_dir).eval()
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_model_dir):
+    from lopd.models import load_tokenizer
+
+    return load_tokenizer(tiny_model_dir)

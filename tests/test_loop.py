@@ -1,0 +1,64 @@
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from baselines.grpo import GRPO
+from lopd.config import resolve
+from lopd.loop import Task, policy_dir, tasks_for_step, train
+from lopd.methods import Vanilla
+
+TASKS = [Task(f"t{i}", [{"role": "user", "content": f"Say something about the number {i}."}]) for i in range(6)]
+
+
+def _score(tasks, completions):
+    """A reward that varies between rollouts, so GRPO gets a non-zero signal."""
+    return [float(len(c) % 2) for c in completions]
+
+
+def _cfg(steps):
+    return resolve({"profile": "smoke", "train": {"steps": steps, "save_every": 1}})
+
+
+def _weights(path):
+    return load_file(str(path / "model" / "model.safetensors"))
+
+
+def test_grpo_updates_weights_and_resume_equals_uninterrupted_run(tiny_model_dir, tmp_path):
+    straight = train(_cfg(2), GRPO(_cfg(2).grpo), TASKS, _score, tiny_model_dir, tmp_path / "a")
+    train(_cfg(1), GRPO(_cfg(1).grpo), TASKS, _score, tiny_model_dir, tmp_path / "b")
+    resumed = train(_cfg(2), GRPO(_cfg(2).grpo), TASKS, _score, tiny_model_dir, tmp_path / "b")
+    a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
+    base = load_file(str(tiny_model_dir / "model.safetensors"))
+    assert any(not torch.equal(a[k], base[k]) for k in a), "GRPO must change the weights"
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=1e-7), k
+    assert [h["reward_mean"] for h in straight["history"]] == [h["reward_mean"] for h in resumed["history"]]
+    assert straight["history"][-1]["cumulative_rollouts"] == 16
+    # the checkpoint is a plain transformers folder
+    from transformers import AutoModelForCausalLM
+    AutoModelForCausalLM.from_pretrained(tmp_path / "a" / "model")
+
+
+def test_changed_config_does_not_resume_stale_state(tiny_model_dir, tmp_path, capsys):
+    train(_cfg(1), GRPO(_cfg(1).grpo), TASKS, _score, tiny_model_dir, tmp_path / "c")
+    other = resolve({"profile": "smoke", "seed": 5, "train": {"steps": 1, "save_every": 1}})
+    result = train(other, GRPO(other.grpo), TASKS, _score, tiny_model_dir, tmp_path / "c")
+    assert "starting fresh" in capsys.readouterr().out
+    assert len(result["history"]) == 1
+
+
+def test_vanilla_checkpoint_points_at_base(tiny_model_dir, tmp_path):
+    train(_cfg(2), Vanilla(), TASKS, _score, tiny_model_dir, tmp_path / "v")
+    assert json.loads((tmp_path / "v" / "manifest.json").read_text())["weights"] == "base"
+    assert policy_dir(tmp_path / "v", tiny_model_dir) == tiny_model_dir
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        policy_dir(tmp_path / "missing", tiny_model_dir)
+
+
+def test_tasks_for_step_covers_each_epoch_once():
+    tasks = [Task(str(i), []) for i in range(10)]
+    first_epoch = [t.task_id for s in range(5) for t in tasks_for_step(tasks, 2, seed=0, step=s)]
+    assert sorted(first_epoch) == [str(i) for i in range(10)]
+    assert tasks_for_step(tasks, 3, 0, 7) == tasks_for_step(tasks, 3, 0, 7)
