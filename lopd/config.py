@@ -208,11 +208,11 @@ PROFILES: dict[str, dict[str, Any]] = {
     },
     "cpu": {
         "sampling.max_new_tokens": 256,
-        "train.steps": 12,
+        "train.steps": 16,
         "train.rollouts_per_step": 32,
         "train.save_every": 4,
         "eval.n_samples": 1,
-        "eval.task_limit": 80,
+        "eval.task_limit": 164,
         "eval.max_new_tokens": 384,
     },
     "paper": {

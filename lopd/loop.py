@@ -27,7 +27,7 @@ from lopd.config import Config
 from lopd.losses import token_logprobs
 from lopd.methods import Method, PolicyOutputs
 from lopd.models import load_model, load_tokenizer
-from lopd.sampling import HFBackend, SamplingParams
+from lopd.sampling import ROLLOUT_ATTENTION, HFBackend, SamplingParams
 from lopd.tracking import Tracker
 from lopd.trajectory import Trajectory, Turn, collate
 
@@ -70,9 +70,9 @@ def sampling_params(cfg: Config, max_new_tokens: int) -> SamplingParams:
 
 
 def make_backend(model_dir: str | Path, tokenizer: PreTrainedTokenizerBase, cfg: Config, batch_size: int) -> HFBackend:
-    """The CPU rollout backend: its own copy of the policy in `sampling.dtype` with eager attention
-    (the fastest single-token decode on CPU), kept in sync with the trainer after every step."""
-    model = load_model(model_dir, cfg.sampling.dtype, attn_implementation="eager")
+    """The CPU rollout backend: its own copy of the policy in `sampling.dtype` with the grouped-query
+    decode attention, kept in sync with the trainer after every step."""
+    model = load_model(model_dir, cfg.sampling.dtype, attn_implementation=ROLLOUT_ATTENTION)
     stop_ids = {tokenizer.eos_token_id, *_as_list(model.generation_config.eos_token_id)}
     return HFBackend(model, stop_ids=[i for i in stop_ids if i is not None], pad_id=tokenizer.pad_token_id,
                      batch_size=batch_size)

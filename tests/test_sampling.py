@@ -1,6 +1,8 @@
+import pytest
 import torch
 
-from lopd.sampling import HFBackend, SamplingParams, sample_next
+from lopd.models import load_model
+from lopd.sampling import ROLLOUT_ATTENTION, HFBackend, SamplingParams, sample_next
 
 
 def _prompts(tokenizer):
@@ -9,11 +11,15 @@ def _prompts(tokenizer):
                                           tokenize=True, return_dict=True)["input_ids"] for t in texts]
 
 
-def test_sampler_logprobs_equal_full_forward_logprobs(tiny_model, tokenizer):
-    """Left-padded, KV-cached, row-compacting decode gives the same log-probs as one plain forward pass."""
+@pytest.mark.parametrize("attention", ["sdpa", ROLLOUT_ATTENTION])
+def test_sampler_logprobs_equal_full_forward_logprobs(tiny_model_dir, tiny_model, tokenizer, attention):
+    """Left-padded, KV-cached, row-compacting decode (with HF's attention or the rollout engine's grouped
+    attention) gives the same log-probs as one plain forward pass of the model."""
     params = SamplingParams(temperature=0.7, top_p=0.95, top_k=20, max_new_tokens=12)
     prompts = _prompts(tokenizer)
-    backend = HFBackend(tiny_model, stop_ids=[tokenizer.eos_token_id], pad_id=tokenizer.pad_token_id, batch_size=2)
+    sampler_model = load_model(tiny_model_dir, attn_implementation=attention).eval()
+    backend = HFBackend(sampler_model, stop_ids=[tokenizer.eos_token_id], pad_id=tokenizer.pad_token_id,
+                        batch_size=2)
     completions = backend.generate(prompts, params, seed=3)
     for prompt, c in zip(prompts, completions):
         assert 1 <= len(c.token_ids) <= 12 and len(c.logprobs) == len(c.token_ids)
