@@ -62,3 +62,38 @@ def test_tasks_for_step_covers_each_epoch_once():
     first_epoch = [t.task_id for s in range(5) for t in tasks_for_step(tasks, 2, seed=0, step=s)]
     assert sorted(first_epoch) == [str(i) for i in range(10)]
     assert tasks_for_step(tasks, 3, 0, 7) == tasks_for_step(tasks, 3, 0, 7)
+
+
+def test_skipping_zero_advantage_groups_is_exact(tiny_model_dir):
+    """The loop skips trajectories whose gradient is exactly zero; the step must equal the full one."""
+    from accelerate import Accelerator
+
+    from lopd.loop import update
+    from lopd.models import load_model
+    from lopd.trajectory import Trajectory, Turn
+
+    class GRPONoSkip(GRPO):
+        def contributes(self, trajectory):
+            return True
+
+    cfg = _cfg(1)
+    rewards = [1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0]  # group 0: all equal (zero advantage)
+    def trajectories():
+        return [Trajectory("t", [Turn([1, 2, 3], [5 + i, 9, 4 + g], [-1.0, -1.0, -1.0])], reward=r, group=g)
+                for i, (r, g) in enumerate(zip(rewards, [0, 0, 0, 0, 1, 1, 1, 1]))]
+
+    params = []
+    for method in (GRPO(cfg.grpo), GRPONoSkip(cfg.grpo)):
+        torch.manual_seed(0)
+        model = load_model(tiny_model_dir)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        metrics = update(model, optimizer, Accelerator(cpu=True), method, trajectories(), pad_id=0, cfg=cfg)
+        params.append([p.detach().clone() for p in model.parameters()])
+        if isinstance(method, GRPONoSkip):
+            assert metrics["trained_fraction"] == 1.0
+        else:
+            assert metrics["trained_fraction"] == 0.5
+    for a, b in zip(*params):
+        assert torch.allclose(a, b, atol=1e-6)
+    initial = list(load_model(tiny_model_dir).parameters())
+    assert any(not torch.equal(a, p) for a, p in zip(params[0], initial)), "the step must change the weights"
