@@ -33,6 +33,10 @@ class GRPO(Method):
         for traj, adv in zip(trajectories, group_advantages(rewards_B, groups_B).tolist()):
             traj.advantage = adv
 
+    def contributes(self, trajectory: Trajectory) -> bool:
+        # No KL term: a zero advantage (a group with equal rewards) gives exactly zero gradient.
+        return trajectory.advantage != 0.0
+
     def loss(self, student: PolicyOutputs, batch: TokenBatch) -> tuple[torch.Tensor, dict[str, float]]:
         return ppo_clip_loss(student.logp_B_T, student.logp_B_T.detach(), batch.advantages_B,
                              batch.action_mask_B_T, self.cfg.clip_low, self.cfg.clip_high)

@@ -208,7 +208,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     },
     "cpu": {
         "sampling.max_new_tokens": 256,
-        "train.steps": 16,
+        "train.steps": 24,
         "train.rollouts_per_step": 32,
         "train.save_every": 4,
         "eval.n_samples": 1,

@@ -116,11 +116,16 @@ def update(model, optimizer, accelerator: Accelerator, method: Method, trajector
     """One optimizer step over the step's trajectories, accumulated over micro-batches."""
     method.prepare(trajectories)
     optimizer.zero_grad(set_to_none=True)
-    totals: dict[str, float] = {}
+    totals: dict[str, float] = {"loss": 0.0}
     gap_sum, gap_tokens = 0.0, 0.0
     micro = cfg.train.micro_batch_size
-    for start in range(0, len(trajectories), micro):
-        chunk = trajectories[start:start + micro]
+    # Skipping zero-gradient trajectories is exact: the loss stays normalised by the whole step's count.
+    # Only in a single process: under DDP every rank must run the same number of backward passes.
+    single = accelerator.num_processes == 1
+    active = [t for t in trajectories if method.contributes(t) or not single]
+    active.sort(key=lambda t: len(t.token_ids))  # similar lengths per micro-batch: less padding
+    for start in range(0, len(active), micro):
+        chunk = active[start:start + micro]
         batch = collate(chunk, pad_id)
         student = policy_outputs(model, batch, cfg.sampling.temperature, cfg.train.loss_chunk_size)
         loss, metrics = method.loss(student, batch)
@@ -131,11 +136,14 @@ def update(model, optimizer, accelerator: Accelerator, method: Method, trajector
         mask = batch.action_mask_B_T
         gap_sum += ((student.logp_B_T.detach() - batch.sampler_logprobs_B_T).abs() * mask).sum().item()
         gap_tokens += mask.sum().item()
-    grad_norm = accelerator.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+    if not active:  # still step AdamW on zero gradients: its moments and step count evolve as before
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+    totals["grad_norm"] = float(accelerator.clip_grad_norm_(model.parameters(), cfg.train.grad_clip))
     optimizer.step()
-    totals["grad_norm"] = float(grad_norm)
-    # How far the rollout engine's log-probs are from the trainer's (dtype / kernel mismatch).
-    totals["sampler_logp_abs_gap"] = gap_sum / max(gap_tokens, 1.0)
+    totals["trained_fraction"] = len(active) / len(trajectories)
+    if gap_tokens:  # how far the rollout engine's log-probs are from the trainer's (dtype / kernel mismatch)
+        totals["sampler_logp_abs_gap"] = gap_sum / gap_tokens
     return totals
 
 

@@ -38,6 +38,10 @@ class Method(ABC):
     def prepare(self, trajectories: list[Trajectory]) -> None:
         """Annotate the whole step's trajectories (e.g. advantages) before they are split into micro-batches."""
 
+    def contributes(self, trajectory: Trajectory) -> bool:
+        """False when the trajectory's loss gradient is exactly zero, so the loop may skip its forward pass."""
+        return True
+
     @abstractmethod
     def loss(self, student: PolicyOutputs, batch: TokenBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """The loss for one micro-batch, normalised as a mean over its sequences."""
