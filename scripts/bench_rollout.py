@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import tempfile
 import time
 from pathlib import Path
 
@@ -77,11 +78,8 @@ def main() -> None:
     generated = int(((out[:, enc["input_ids"].shape[1]:] != tokenizer.pad_token_id)).sum())
 
     # One GRPO step of the real loop on the same budget.
-    step_dir = REPO_ROOT / "reports" / "perf" / ".grpo_step_tmp"
-    history = train(cfg, GRPO(cfg.grpo), tasks, score, args.model_dir, step_dir)["history"]
-    import shutil
-    shutil.rmtree(step_dir, ignore_errors=True)
-    step = history[0]
+    with tempfile.TemporaryDirectory() as step_dir:
+        step = train(cfg, GRPO(cfg.grpo), tasks, score, args.model_dir, step_dir)["history"][0]
 
     result = {
         "model_dir": str(Path(args.model_dir).name), "batch": args.batch, "max_new_tokens": args.new_tokens,
@@ -94,7 +92,8 @@ def main() -> None:
         "sampler_speedup_over_generate": round((sampled / sampler_s) / (generated / generate_s), 2),
         "grpo_step": {"rollouts": cfg.train.rollouts_per_step, "sampling_s": round(step["time_sampling_s"], 2),
                       "reward_s": round(step["time_reward_s"], 2), "update_s": round(step["time_update_s"], 2),
-                      "response_tokens_mean": round(step["response_tokens_mean"], 1)},
+                      "response_tokens_mean": round(step["response_tokens_mean"], 1),
+                      "trained_fraction": step["trained_fraction"]},
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
