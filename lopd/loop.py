@@ -196,8 +196,8 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], score: ScoreFn, ba
     start_step, history = 0, []
     state_path = out_dir / TRAINER_STATE
     state = torch.load(state_path, weights_only=False) if state_path.exists() else None
-    if state is not None and state["fingerprint"] != config_fingerprint(cfg):
-        print(f"{out_dir}: existing checkpoint is from a different configuration; starting fresh")
+    if state is not None and (state["fingerprint"] != config_fingerprint(cfg) or state["step"] > cfg.train.steps):
+        print(f"{out_dir}: existing checkpoint is from a different configuration or a longer run; starting fresh")
         state = None
     model = load_model(out_dir / "model" if state else base_dir, cfg.model.dtype)
     model.train()

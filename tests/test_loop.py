@@ -49,6 +49,14 @@ def test_changed_config_does_not_resume_stale_state(tiny_model_dir, tmp_path, ca
     assert len(result["history"]) == 1
 
 
+def test_a_shorter_run_does_not_reuse_a_longer_checkpoint(tiny_model_dir, tmp_path, capsys):
+    train(_cfg(2), GRPO(_cfg(2).grpo), TASKS, _score, tiny_model_dir, tmp_path / "d")
+    result = train(_cfg(1), GRPO(_cfg(1).grpo), TASKS, _score, tiny_model_dir, tmp_path / "d")
+    assert "starting fresh" in capsys.readouterr().out
+    assert len(result["history"]) == 1
+    assert json.loads((tmp_path / "d" / "manifest.json").read_text())["steps"] == 1
+
+
 def test_vanilla_checkpoint_points_at_base(tiny_model_dir, tmp_path):
     train(_cfg(2), Vanilla(), TASKS, _score, tiny_model_dir, tmp_path / "v")
     assert json.loads((tmp_path / "v" / "manifest.json").read_text())["weights"] == "base"
