@@ -37,6 +37,8 @@ class GRPO(Method):
         # No KL term: a zero advantage (a group with equal rewards) gives exactly zero gradient.
         return trajectory.advantage != 0.0
 
-    def loss(self, student: PolicyOutputs, batch: TokenBatch) -> tuple[torch.Tensor, dict[str, float]]:
-        return ppo_clip_loss(student.logp_B_T, student.logp_B_T.detach(), batch.advantages_B,
+    def loss(self, student: PolicyOutputs, batch: TokenBatch,
+             trajectories: list[Trajectory]) -> tuple[torch.Tensor, dict[str, float]]:
+        logp_B_T = student.logp_B_T()
+        return ppo_clip_loss(logp_B_T, logp_B_T.detach(), batch.advantages_B,
                              batch.action_mask_B_T, self.cfg.clip_low, self.cfg.clip_high)

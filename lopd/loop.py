@@ -15,44 +15,22 @@ import json
 import random
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 from accelerate import Accelerator
-from transformers import PreTrainedTokenizerBase
 
 from lopd.config import Config
-from lopd.losses import token_logprobs
-from lopd.methods import Method, PolicyOutputs
+from lopd.methods import Method, MethodContext, PolicyOutputs
 from lopd.models import load_model, load_tokenizer
-from lopd.sampling import ROLLOUT_ATTENTION, HFBackend, SamplingParams
+from lopd.rollout import ScoreFn, Task, make_backend, rollout, sampling_params, step_seed
 from lopd.tracking import Tracker
-from lopd.trajectory import Trajectory, Turn, collate
+from lopd.trajectory import Trajectory, collate
 
-
-@dataclass(frozen=True)
-class Task:
-    task_id: str
-    messages: list[dict[str, str]]
-
-
-ScoreFn = Callable[[list[Task], list[str]], list[float]]
-"""Rewards in [0, 1] for (task, decoded completion) pairs."""
 
 MANIFEST = "manifest.json"
 TRAINER_STATE = "trainer_state.pt"
-
-
-def encode_prompt(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> list[int]:
-    """Render chat messages with the tokenizer's own chat template, ready for the assistant turn."""
-    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                              return_dict=True)["input_ids"])
-
-
-def step_seed(seed: int, step: int, rank: int = 0) -> int:
-    return (seed * 1_000_003 + step * 7_919 + rank * 104_729) % (2**63)
 
 
 def tasks_for_step(tasks: Sequence[Task], n: int, seed: int, step: int) -> list[Task]:
@@ -64,47 +42,16 @@ def tasks_for_step(tasks: Sequence[Task], n: int, seed: int, step: int) -> list[
     return picked
 
 
-def sampling_params(cfg: Config, max_new_tokens: int) -> SamplingParams:
-    s = cfg.sampling
-    return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, max_new_tokens=max_new_tokens)
-
-
-def make_backend(model_dir: str | Path, tokenizer: PreTrainedTokenizerBase, cfg: Config, batch_size: int) -> HFBackend:
-    """The CPU rollout backend: its own copy of the policy in `sampling.dtype` with the grouped-query
-    decode attention, kept in sync with the trainer after every step."""
-    model = load_model(model_dir, cfg.sampling.dtype, attn_implementation=ROLLOUT_ATTENTION)
-    stop_ids = {tokenizer.eos_token_id, *_as_list(model.generation_config.eos_token_id)}
-    return HFBackend(model, stop_ids=[i for i in stop_ids if i is not None], pad_id=tokenizer.pad_token_id,
-                     batch_size=batch_size)
-
-
-def _as_list(x) -> list:
-    return [] if x is None else list(x) if isinstance(x, (list, tuple)) else [x]
-
-
-def rollout(backend: HFBackend, tokenizer: PreTrainedTokenizerBase, tasks: list[Task], params: SamplingParams,
-            seed: int, rollouts_per_task: int) -> list[Trajectory]:
-    """Sample `rollouts_per_task` single-turn trajectories per task (rewards are filled in later)."""
-    prompts = [encode_prompt(tokenizer, t.messages) for t in tasks]
-    flat = [(g, task, prompt) for g, (task, prompt) in enumerate(zip(tasks, prompts)) for _ in range(rollouts_per_task)]
-    completions = backend.generate([p for _, _, p in flat], params, seed)
-    return [Trajectory(task_id=task.task_id, group=g, turns=[Turn(list(p), c.token_ids, c.logprobs)],
-                       metadata={"stopped": c.stopped})
-            for (g, task, p), c in zip(flat, completions)]
-
-
 def policy_outputs(model: torch.nn.Module, batch, temperature: float, chunk_size: int) -> PolicyOutputs:
-    """Student forward pass: final hidden states, then chunked log-probs of the action targets only
-    (other positions are 0 and masked out of every loss)."""
+    """Student forward pass: final hidden states at the action positions only (the vocabulary projection
+    is the loss's business, so prompt and tool-output positions never reach it)."""
     out = model(input_ids=batch.input_ids_B_L, attention_mask=batch.attention_mask_B_L,
                 output_hidden_states=True, logits_to_keep=1, use_cache=False)
-    hidden_B_T_D = out.hidden_states[-1][:, :-1]
-    weight_V_D = _unwrap(model).get_output_embeddings().weight
     where_B_T = batch.action_mask_B_T > 0
-    logp_N = token_logprobs(hidden_B_T_D[where_B_T], weight_V_D, batch.target_ids_B_T[where_B_T], temperature,
-                            chunk_size)
-    logp_B_T = torch.zeros(where_B_T.shape, dtype=logp_N.dtype).masked_scatter(where_B_T, logp_N)
-    return PolicyOutputs(logp_B_T)
+    return PolicyOutputs(hidden_N_D=out.hidden_states[-1][:, :-1][where_B_T],
+                         weight_V_D=_unwrap(model).get_output_embeddings().weight,
+                         targets_N=batch.target_ids_B_T[where_B_T], where_B_T=where_B_T,
+                         temperature=temperature, chunk_size=chunk_size)
 
 
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
@@ -128,18 +75,22 @@ def update(model, optimizer, accelerator: Accelerator, method: Method, trajector
         chunk = active[start:start + micro]
         batch = collate(chunk, pad_id)
         student = policy_outputs(model, batch, cfg.sampling.temperature, cfg.train.loss_chunk_size)
-        loss, metrics = method.loss(student, batch)
+        loss, metrics = method.loss(student, batch, chunk)
         weight = len(chunk) / len(trajectories)
         accelerator.backward(loss * weight)
         for k, v in {"loss": loss.item(), **metrics}.items():
             totals[k] = totals.get(k, 0.0) + v * weight
         mask = batch.action_mask_B_T
-        gap_sum += ((student.logp_B_T.detach() - batch.sampler_logprobs_B_T).abs() * mask).sum().item()
+        with torch.no_grad():
+            gap_sum += ((student.logp_B_T() - batch.sampler_logprobs_B_T).abs() * mask).sum().item()
         gap_tokens += mask.sum().item()
+    extra = [p for group in optimizer.param_groups[1:] for p in group["params"]]
     if not active:  # still step AdamW on zero gradients: its moments and step count evolve as before
-        for p in model.parameters():
+        for p in [*model.parameters(), *extra]:
             p.grad = torch.zeros_like(p)
     totals["grad_norm"] = float(accelerator.clip_grad_norm_(model.parameters(), cfg.train.grad_clip))
+    if extra:  # a method's own parameters (e.g. LOPD's composer) are clipped on their own
+        totals["method_grad_norm"] = float(torch.nn.utils.clip_grad_norm_(extra, cfg.train.grad_clip))
     optimizer.step()
     totals["trained_fraction"] = len(active) / len(trajectories)
     if gap_tokens:  # how far the rollout engine's log-probs are from the trainer's (dtype / kernel mismatch)
@@ -164,7 +115,7 @@ def save_checkpoint(out_dir: Path, model, tokenizer, optimizer, step: int, histo
     shutil.rmtree(out_dir / "model", ignore_errors=True)
     tmp.rename(out_dir / "model")
     torch.save({"step": step, "optimizer": optimizer.state_dict(), "history": history,
-                "fingerprint": config_fingerprint(cfg)}, out_dir / TRAINER_STATE)
+                "fingerprint": config_fingerprint(cfg), "method": method.state_dict()}, out_dir / TRAINER_STATE)
     write_manifest(out_dir, method.name, step, weights="model")
 
 
@@ -201,9 +152,12 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], score: ScoreFn, ba
         state = None
     model = load_model(out_dir / "model" if state else base_dir, cfg.model.dtype)
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
+    method.setup(MethodContext(cfg, accelerator, tokenizer, Path(base_dir), out_dir, tasks))
+    optimizer = torch.optim.AdamW([{"params": list(model.parameters())}, *method.param_groups()], lr=cfg.train.lr,
+                                  weight_decay=cfg.train.weight_decay)
     if state:
         optimizer.load_state_dict(state["optimizer"])
+        method.load_state_dict(state["method"])
         start_step, history = state["step"], state["history"]
         print(f"resuming {method.name} from step {start_step}")
     model, optimizer = accelerator.prepare(model, optimizer)
@@ -224,6 +178,7 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], score: ScoreFn, ba
             traj.reward = reward
         t2 = time.perf_counter()
         metrics = update(model, optimizer, accelerator, method, trajectories, tokenizer.pad_token_id, cfg)
+        metrics.update(method.after_step(metrics, trajectories))
         backend.model.load_state_dict(_unwrap(model).state_dict())
         t3 = time.perf_counter()
         rewards = [t.reward for t in trajectories]

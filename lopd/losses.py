@@ -61,3 +61,94 @@ def ppo_clip_loss(logp_B_T: torch.Tensor, old_logp_B_T: torch.Tensor, advantages
         was_clipped = ((unclipped_B_T > clipped_B_T) & (mask_B_T > 0)).float().sum() / n
         metrics = {"clip_fraction": was_clipped.item(), "ratio_mean": ((ratio_B_T * mask_B_T).sum() / n).item()}
     return loss, metrics
+
+
+def topm_tail_reverse_kl(logp_s_N_V: torch.Tensor, logp_t_N_V: torch.Tensor, top_m: int) -> torch.Tensor:
+    """D_KL(p~S || p~T) per position (paper eq. 8): both distributions restricted to the teacher's top-M
+    tokens plus one tail bucket holding the rest of the mass. Inputs are full-vocabulary log-probs."""
+    support_N_M = logp_t_N_V.detach().topk(top_m, dim=-1).indices
+    ls_N_M, lt_N_M = logp_s_N_V.gather(-1, support_N_M), logp_t_N_V.gather(-1, support_N_M)
+    outside_N_V = torch.ones_like(logp_s_N_V, dtype=torch.bool).scatter(-1, support_N_M, False)
+    tail_s_N = logp_s_N_V.masked_fill(~outside_N_V, float("-inf")).logsumexp(-1)
+    tail_t_N = logp_t_N_V.masked_fill(~outside_N_V, float("-inf")).logsumexp(-1)
+    head_N = (ls_N_M.exp() * (ls_N_M - lt_N_M)).sum(-1)
+    # exp(-inf) * nan would poison an empty tail (top_m == V); it is 0 by definition.
+    tail_N = torch.where(torch.isinf(tail_s_N), torch.zeros_like(tail_s_N), tail_s_N.exp() * (tail_s_N - tail_t_N))
+    return head_N + tail_N
+
+
+def _chunk_topm_tail(hidden_s_N_D, weight_s_V_D, hidden_t_N_D, weight_t_V_D, targets_N, top_m, temperature):
+    logp_s_N_V = torch.log_softmax((hidden_s_N_D.to(weight_s_V_D.dtype) @ weight_s_V_D.T).float() / temperature, -1)
+    logp_t_N_V = torch.log_softmax((hidden_t_N_D.to(weight_t_V_D.dtype) @ weight_t_V_D.T).float() / temperature, -1)
+    kl_N = topm_tail_reverse_kl(logp_s_N_V, logp_t_N_V, top_m)
+    index_N_1 = targets_N[:, None]
+    return kl_N, logp_s_N_V.gather(-1, index_N_1).squeeze(-1), logp_t_N_V.gather(-1, index_N_1).squeeze(-1)
+
+
+def chunked_topm_tail_kl(hidden_s_N_D: torch.Tensor, weight_s_V_D: torch.Tensor, hidden_t_N_D: torch.Tensor,
+                         weight_t_V_D: torch.Tensor, targets_N: torch.Tensor, top_m: int, temperature: float = 1.0,
+                         chunk_size: int = 256) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-position top-M + tail reverse KL, student log pi_S(target) and teacher log pi_T(target), from
+    final hidden states, `chunk_size` positions at a time.
+
+    Each chunk's two [C, V] log-prob tensors are recomputed in the backward pass (activation
+    checkpointing), so full-vocabulary fp32 log-probs never exist for the whole sequence at once.
+    """
+    kl, ls, lt = [], [], []
+    needs_grad = torch.is_grad_enabled() and any(
+        t.requires_grad for t in (hidden_s_N_D, weight_s_V_D, hidden_t_N_D, weight_t_V_D))
+    for start in range(0, hidden_s_N_D.shape[0], chunk_size):
+        end = start + chunk_size
+        args = (hidden_s_N_D[start:end], weight_s_V_D, hidden_t_N_D[start:end], weight_t_V_D, targets_N[start:end],
+                top_m, temperature)
+        out = checkpoint(_chunk_topm_tail, *args, use_reentrant=False) if needs_grad else _chunk_topm_tail(*args)
+        for acc, piece in zip((kl, ls, lt), out):
+            acc.append(piece)
+    if not kl:
+        empty = hidden_s_N_D.new_zeros(0, dtype=torch.float32)
+        return empty, empty, empty
+    return torch.cat(kl), torch.cat(ls), torch.cat(lt)
+
+
+def sequence_means(values_N: torch.Tensor, seq_N: torch.Tensor, n_seq: int) -> torch.Tensor:
+    """Mean of the values belonging to each sequence ([n_seq]; 0 for a sequence without positions)."""
+    sums_B = torch.zeros(n_seq, dtype=values_N.dtype).index_add(0, seq_N, values_N)
+    counts_B = torch.zeros(n_seq, dtype=values_N.dtype).index_add(0, seq_N, torch.ones_like(values_N))
+    return sums_B / counts_B.clamp(min=1)
+
+
+def privilege_margin(logp_t_N: torch.Tensor, logp_s_N: torch.Tensor, seq_N: torch.Tensor,
+                     advantages_B: torch.Tensor) -> torch.Tensor:
+    """Delta (paper eq. 11): per trajectory, the mean over its action tokens of A * delta with
+    delta = log pi_T(a) - sg[log pi_S(a)]; then the mean over trajectories."""
+    delta_N = logp_t_N - logp_s_N.detach()
+    return (advantages_B * sequence_means(delta_N, seq_N, advantages_B.shape[0])).mean()
+
+
+def dual_update(beta: float, margin: float, delta: float, dual_lr: float) -> float:
+    """beta <- [beta + eta_beta * (m - Delta)]_+."""
+    return max(0.0, beta + dual_lr * (margin - delta))
+
+
+def anchor_penalty(latents: list[torch.Tensor], anchors: list[torch.Tensor]) -> torch.Tensor:
+    """||c_phi - sg[c_phi0]||_2^2 per trajectory (summed over its latent tokens and coordinates), averaged
+    over trajectories."""
+    if not latents:
+        return torch.zeros(())
+    return torch.stack([(c.float() - c0.detach().float()).pow(2).sum() for c, c0 in zip(latents, anchors)]).mean()
+
+
+def lopd_loss(kl_N: torch.Tensor, logp_t_N: torch.Tensor, logp_s_N: torch.Tensor, seq_N: torch.Tensor,
+              advantages_B: torch.Tensor, beta: float, margin: float, anchor: torch.Tensor,
+              anchor_weight: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """The LOPD objective (paper eq. 12) for one batch: L_distill + beta (m - Delta) + lambda * anchor.
+
+    L_distill is the per-trajectory mean of the top-M + tail reverse KL over action tokens, averaged over
+    trajectories (eq. 9). beta is a constant here; the dual update happens after the optimizer step.
+    """
+    distill = sequence_means(kl_N, seq_N, advantages_B.shape[0]).mean()
+    delta = privilege_margin(logp_t_N, logp_s_N, seq_N, advantages_B)
+    loss = distill + beta * (margin - delta) + anchor_weight * anchor
+    metrics = {"distill_loss": distill.item(), "privilege_margin": delta.item(), "anchor": anchor.item(),
+               "kl_mean": kl_N.mean().item() if kl_N.numel() else 0.0}
+    return loss, metrics

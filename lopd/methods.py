@@ -9,10 +9,16 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal, Sequence
 
 import torch
+from accelerate import Accelerator
+from transformers import PreTrainedTokenizerBase
 
+from lopd.config import Config
+from lopd.losses import token_logprobs
+from lopd.rollout import Task
 from lopd.trajectory import TokenBatch, Trajectory
 
 TeacherKind = Literal["none", "frozen", "ema"]
@@ -20,10 +26,48 @@ TeacherKind = Literal["none", "frozen", "ema"]
 
 @dataclass
 class PolicyOutputs:
-    """The student's forward pass over a TokenBatch, as the loss needs it."""
+    """The student's forward pass over a TokenBatch at its N action positions, as the loss needs it.
 
-    logp_B_T: torch.Tensor
-    """log pi(target) at every target position (temperature-scaled), with grad."""
+    The vocabulary projection is left to the loss: `logp_B_T()` gives log pi(target) (chunked), while a
+    distillation loss projects `hidden_N_D` itself and may hand back the target log-probs it got on the way.
+    """
+
+    hidden_N_D: torch.Tensor
+    """Final hidden states at the action positions (row-major over the batch), with grad."""
+    weight_V_D: torch.Tensor
+    """The policy's output embedding."""
+    targets_N: torch.Tensor
+    """The sampled token at each action position."""
+    where_B_T: torch.Tensor
+    """Boolean [B, T] mask of the action positions."""
+    temperature: float
+    chunk_size: int
+    logp_N: torch.Tensor | None = None
+    """log pi(target) at the action positions once computed (by `logp_B_T` or by the loss)."""
+
+    def logp_B_T(self) -> torch.Tensor:
+        """log pi(target) (temperature-scaled) at every target position, 0 off the action mask."""
+        if self.logp_N is None:
+            self.logp_N = token_logprobs(self.hidden_N_D, self.weight_V_D, self.targets_N, self.temperature,
+                                         self.chunk_size)
+        return torch.zeros(self.where_B_T.shape, dtype=self.logp_N.dtype).masked_scatter(self.where_B_T, self.logp_N)
+
+    @property
+    def sequence_N(self) -> torch.Tensor:
+        """Which sequence of the batch each action position belongs to."""
+        return self.where_B_T.nonzero()[:, 0]
+
+
+@dataclass
+class MethodContext:
+    """What the loop hands a method before training starts."""
+
+    cfg: Config
+    accelerator: Accelerator
+    tokenizer: PreTrainedTokenizerBase
+    base_dir: Path
+    out_dir: Path
+    tasks: Sequence[Task]
 
 
 class Method(ABC):
@@ -35,6 +79,13 @@ class Method(ABC):
     @abstractmethod
     def rollouts_per_task(self) -> int: ...
 
+    def setup(self, ctx: MethodContext) -> None:
+        """Load what the method needs beyond the student (teacher, composer, bank); called once by the loop."""
+
+    def param_groups(self) -> list[dict[str, Any]]:
+        """Extra AdamW parameter groups trained with the student (e.g. LOPD's composer)."""
+        return []
+
     def prepare(self, trajectories: list[Trajectory]) -> None:
         """Annotate the whole step's trajectories (e.g. advantages) before they are split into micro-batches."""
 
@@ -43,8 +94,21 @@ class Method(ABC):
         return True
 
     @abstractmethod
-    def loss(self, student: PolicyOutputs, batch: TokenBatch) -> tuple[torch.Tensor, dict[str, float]]:
-        """The loss for one micro-batch, normalised as a mean over its sequences."""
+    def loss(self, student: PolicyOutputs, batch: TokenBatch,
+             trajectories: list[Trajectory]) -> tuple[torch.Tensor, dict[str, float]]:
+        """The loss for one micro-batch (`trajectories` are its rows), normalised as a mean over its sequences."""
+
+    def after_step(self, metrics: dict[str, float], trajectories: list[Trajectory]) -> dict[str, float]:
+        """Update method state after the optimizer step (dual variables, EMA teachers, banks); returns
+        extra metrics to log."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Method state a resumed run needs beyond the student and the optimizer."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict()` when resuming."""
 
 
 class Vanilla(Method):
@@ -54,5 +118,6 @@ class Vanilla(Method):
     trains = False
     rollouts_per_task = 1
 
-    def loss(self, student: PolicyOutputs, batch: TokenBatch) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(self, student: PolicyOutputs, batch: TokenBatch,
+             trajectories: list[Trajectory]) -> tuple[torch.Tensor, dict[str, float]]:
         raise RuntimeError("vanilla does not train")

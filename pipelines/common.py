@@ -11,11 +11,15 @@ from typing import Any
 
 from baselines.grpo import GRPO
 from evaluation.coding import taco
+from lopd.composer import FRAMINGS
 from lopd.config import REPO_ROOT, Config, ConfigError, load_config
-from lopd.loop import ScoreFn, Task
+from lopd.lopd_method import LOPD
+from lopd.rollout import ScoreFn, Task
 from lopd.methods import Method, Vanilla
 
 BASE_MODEL_DIR = REPO_ROOT / "models" / "base"
+BANK_DIR = REPO_ROOT / "bank"
+COMPOSER_DIR = REPO_ROOT / "checkpoints" / "composer"
 CHECKPOINTS_DIR = REPO_ROOT / "checkpoints"
 METRICS_DIR = REPO_ROOT / "metrics"
 RESULTS_DIR = REPO_ROOT / "results"
@@ -36,7 +40,8 @@ def parse_args(description: str, **arguments: dict[str, Any]) -> tuple[argparse.
 
 
 def build_method(name: str, cfg: Config) -> Method:
-    methods = {"vanilla": lambda: Vanilla(), "grpo": lambda: GRPO(cfg.grpo)}
+    methods = {"vanilla": lambda: Vanilla(), "grpo": lambda: GRPO(cfg.grpo),
+               "lopd": lambda: LOPD(cfg, BANK_DIR, COMPOSER_DIR, FRAMINGS["coding"], trace_of=taco.extract_code)}
     if name not in methods:
         sys.exit(f"error: unknown method {name!r} (known: {', '.join(methods)})")
     return methods[name]()

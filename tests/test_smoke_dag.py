@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,7 +37,7 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     _run(["dvc", "exp", "run", "-S", "profile=smoke", "-S", f"data.shared_dir={SHARED}"], repo, env)
 
     table = (repo / "reports" / "tables" / "code_results.md").read_text()
-    assert "| Vanilla |" in table and "| GRPO |" in table
+    assert "| Vanilla |" in table and "| GRPO |" in table and "| LOPD |" in table
     assert "LCB v5: n/a" in table
     for name in ("code_results.csv", "code_results.tex"):
         assert (repo / "reports" / "tables" / name).stat().st_size > 0
@@ -44,6 +45,17 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     assert summary["n_tasks"] == 4 and summary["profile"] == "smoke"
     train = json.loads((repo / "metrics" / "train" / "grpo.json").read_text())
     assert len(train["history"]) == 2
+    bank = json.loads((repo / "metrics" / "bank.json").read_text())
+    assert bank["n_entries"] > 0 and bank["eval_overlap_check"] == "passed"
+    lopd = json.loads((repo / "metrics" / "train" / "lopd.json").read_text())
+    assert len(lopd["history"]) == 2 and "beta_next" in lopd["history"][0]
+
+    # the margin ablation re-runs only the LOPD branch: the bank, the cold start and the baselines stay cached
+    out = _run(["dvc", "exp", "run", "-S", "profile=smoke", "-S", f"data.shared_dir={SHARED}", "-S", "margin=0.02"],
+               repo, env)
+    ran = set(re.findall(r"Running stage '([^']+)'", out))
+    assert ran == {"train_lopd", "eval@lopd-humaneval_plus", "eval@lopd-mbpp_plus", "report"}, ran
+
     # the same seed gives the same smoke metrics
     first = [(h["reward_mean"], round(h["loss"], 6)) for h in train["history"]]
     shutil.rmtree(repo / "checkpoints" / "grpo")  # otherwise the persisted checkpoint would just be resumed

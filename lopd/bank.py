@@ -1,0 +1,130 @@
+"""The experience bank: successful training-split rollouts of the base model, stored observation-lite.
+
+An entry is (task text, trace, response): `trace` is the compact form the retriever and the composer
+read (coding: the solution code; agentic: `tool(args) -> short result` lines), `response` the full
+assistant text the cold start trains on. The bank is a JSONL file with a version header line; no
+evaluation task may ever enter it (`check_no_eval_overlap`, run on every write and read).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+from lopd.config import Config
+from lopd.models import load_tokenizer
+from lopd.rollout import ScoreFn, Task, make_backend, rollout, sampling_params, step_seed
+
+BANK_VERSION = 1
+
+
+@dataclass(frozen=True)
+class BankEntry:
+    task_id: str
+    task: str
+    """The task description (first user message)."""
+    trace: str
+    """Observation-lite trajectory: what retrieval embeds and the composer encodes."""
+    response: str
+    """The successful assistant response, the cold start's NLL target."""
+    reward: float
+
+
+def task_text(messages: list[dict[str, str]]) -> str:
+    """A task's description: its first user message."""
+    return next(m["content"] for m in messages if m["role"] == "user")
+
+
+def successful_entries(candidates: Iterable[tuple[str, str, str, float]], threshold: float,
+                       trace_of: Callable[[str], str]) -> list[BankEntry]:
+    """Bank entries from (task_id, task text, response, reward) rollouts: keep reward >= threshold and
+    drop repeats of the same trace for the same task (pure; order preserved)."""
+    seen: set[tuple[str, str]] = set()
+    entries = []
+    for task_id, task, response, reward in candidates:
+        if reward < threshold:
+            continue
+        trace = trace_of(response)
+        if (task_id, trace) in seen:
+            continue
+        seen.add((task_id, trace))
+        entries.append(BankEntry(task_id, task, trace, response, float(reward)))
+    return entries
+
+
+def _shingles(text: str, n: int = 8) -> set[tuple[str, ...]]:
+    words = re.findall(r"\w+", text.lower())
+    return {tuple(words[i:i + n]) for i in range(max(len(words) - n + 1, 1))} if words else set()
+
+
+def check_no_eval_overlap(entries: Iterable[BankEntry], train_ids: set[str], eval_tasks: Mapping[str, str],
+                          max_containment: float = 0.5) -> None:
+    """Raise ValueError if an entry is not from the training split or looks like an evaluation task.
+
+    An entry is rejected when its task id is not a training task id, is an evaluation task id, or when
+    more than `max_containment` of an evaluation prompt's word 8-grams occur in the entry's task text
+    (the same problem under another id or framing).
+    """
+    eval_shingles = {tid: _shingles(text) for tid, text in eval_tasks.items()}
+    for entry in entries:
+        if entry.task_id not in train_ids:
+            raise ValueError(f"bank entry {entry.task_id!r} is not a training task")
+        if entry.task_id in eval_tasks:
+            raise ValueError(f"bank entry {entry.task_id!r} is an evaluation task id")
+        mine = _shingles(entry.task)
+        for tid, theirs in eval_shingles.items():
+            if theirs and len(theirs & mine) / len(theirs) > max_containment:
+                raise ValueError(f"bank entry {entry.task_id!r} overlaps evaluation task {tid!r}")
+
+
+def write_bank(path: str | Path, entries: list[BankEntry], meta: dict) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        f.write(json.dumps({"bank_version": BANK_VERSION, **meta}) + "\n")
+        for entry in entries:
+            f.write(json.dumps(asdict(entry)) + "\n")
+
+
+def read_bank(path: str | Path) -> tuple[list[BankEntry], dict]:
+    """Entries and the header's metadata; a missing or malformed file is a one-line ValueError."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: experience bank not found (run the build_bank stage)")
+    lines = path.read_text().splitlines()
+    try:
+        meta = json.loads(lines[0])
+        if meta.get("bank_version") != BANK_VERSION:
+            raise ValueError(f"version {meta.get('bank_version')!r}, expected {BANK_VERSION}")
+        entries = [BankEntry(**json.loads(line)) for line in lines[1:] if line.strip()]
+    except (IndexError, ValueError, TypeError) as err:
+        raise ValueError(f"{path}: not a valid experience bank ({err})") from None
+    return entries, meta
+
+
+def sample_rollouts(cfg: Config, tasks: list[Task], score: ScoreFn, base_dir: str | Path,
+                    tasks_per_batch: int = 32) -> list[tuple[str, str, str, float]]:
+    """`bank.samples_per_task` base-model rollouts per training task, scored:
+    (task_id, task text, response, reward) in task order. Seeded per batch of tasks."""
+    tokenizer = load_tokenizer(base_dir)
+    backend = make_backend(base_dir, tokenizer, cfg, cfg.sampling.batch_size)
+    params = sampling_params(cfg, cfg.sampling.max_new_tokens)
+    out = []
+    for b, start in enumerate(range(0, len(tasks), tasks_per_batch)):
+        chunk = tasks[start:start + tasks_per_batch]
+        trajectories = rollout(backend, tokenizer, chunk, params, step_seed(cfg.seed, b, rank=BANK_SEED_RANK),
+                               cfg.bank.samples_per_task)
+        texts = [tokenizer.decode(t.turns[-1].action_ids, skip_special_tokens=True) for t in trajectories]
+        by_id = {t.task_id: t for t in chunk}
+        rewards = score([by_id[t.task_id] for t in trajectories], texts)
+        out += [(t.task_id, task_text(by_id[t.task_id].messages), text, r)
+                for t, text, r in zip(trajectories, texts, rewards)]
+        print(f"[build_bank] {start + len(chunk)}/{len(tasks)} tasks, "
+              f"{sum(r >= cfg.bank.success_threshold for *_, r in out)} successes", flush=True)
+    return out
+
+
+BANK_SEED_RANK = 1_000  # a seed stream of its own, apart from the training loop's (seed, step, rank)

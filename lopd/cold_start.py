@@ -1,0 +1,132 @@
+"""Composer cold start (paper Appendix A.2): next-token NLL of successful bank trajectories given their
+latent context, backbone frozen, so the composer starts out producing informative context.
+
+For every bank entry the teacher reads its task with the latent context of `n_ret` retrieved entries
+(never its own task unless self-retrieval is on) and is scored on the entry's response. Afterwards the
+cold-start latents c_phi0 of every training task are cached for LOPD's anchor term.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from accelerate import Accelerator
+
+from lopd.bank import BankEntry, task_text
+from lopd.composer import Composer, compose, teacher_batch
+from lopd.config import Config
+from lopd.losses import sequence_means, token_logprobs
+from lopd.models import load_model, load_tokenizer
+from lopd.retrieval import Retriever, load_bank
+from lopd.rollout import Task
+from lopd.tracking import Tracker
+from lopd.trajectory import Trajectory, Turn
+
+COMPOSER_FILE, ANCHORS_FILE = "composer.pt", "anchors.pt"
+
+
+def build_composer(cfg: Config, base_dir: str | Path) -> tuple[Composer, object]:
+    """A fresh composer around a frozen copy of the base model (seeded QFormer init) and its tokenizer."""
+    torch.manual_seed(cfg.seed)
+    tokenizer = load_tokenizer(base_dir)
+    backbone = load_model(base_dir, cfg.model.dtype)
+    return Composer(backbone, tokenizer, cfg.composer, cfg.latent_tokens), tokenizer
+
+
+def latent_nll(composer: Composer, tokenizer, entries: list[BankEntry], retrieved: list[list[int]],
+               bank: list[BankEntry], messages: list[list[dict]], framing: tuple[str, str],
+               accelerator: Accelerator) -> torch.Tensor:
+    """Mean over entries of the per-token NLL of each entry's response under the frozen backbone with the
+    latent context composed from its retrieved entries."""
+    traces = [[bank[i].trace for i in idx] for idx in retrieved]
+    with accelerator.autocast():
+        latents = compose(composer, [e.task for e in entries], traces)
+        responses = [tokenizer(e.response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+                     for e in entries]
+        trajectories = [Trajectory(e.task_id, [Turn([], r, [0.0] * len(r))]) for e, r in zip(entries, responses)]
+        batch, starts = teacher_batch(tokenizer, trajectories, messages, framing,
+                                      [lat.shape[0] for lat in latents], tokenizer.pad_token_id)
+        hidden_B_L_D = composer.teacher_hidden(batch, latents, starts)
+    where_B_T = batch.action_mask_B_T > 0
+    logp_N = token_logprobs(hidden_B_L_D[:, :-1][where_B_T], composer.backbone.get_output_embeddings().weight,
+                            batch.target_ids_B_T[where_B_T])
+    return -sequence_means(logp_N, where_B_T.nonzero()[:, 0], len(entries)).mean()
+
+
+def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: Sequence[Task], out_dir: str | Path,
+               framing: tuple[str, str], tracker: Tracker | None = None) -> dict:
+    """Train the composer from its seeded init on the bank, save phi_0 and the c_phi0 cache; returns metrics."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    composer, tokenizer = build_composer(cfg, base_dir)
+    bank, retriever = load_bank(bank_dir, cfg.bank.self_retrieval)
+    messages = {t.task_id: t.messages for t in tasks}
+    missing = sorted({e.task_id for e in bank} - set(messages))
+    if missing:
+        raise ValueError(f"bank entries for tasks outside the training split: {missing[:3]}")
+    examples = [(e, retriever.retrieve(e.task_id, cfg.n_ret)) for e in bank]
+    accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=cfg.train.mixed_precision)
+    params = [p for p in composer.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.cold_start.lr)
+    size = cfg.cold_start.batch_size
+
+    def nll(batch: list[tuple[BankEntry, list[int]]]) -> torch.Tensor:
+        return latent_nll(composer, tokenizer, [e for e, _ in batch], [r for _, r in batch], bank,
+                          [messages[e.task_id] for e, _ in batch], framing, accelerator)
+
+    def mean_nll() -> float | None:
+        if not examples:
+            return None
+        with torch.no_grad():
+            return sum(nll(examples[i:i + size]).item() * len(examples[i:i + size])
+                       for i in range(0, len(examples), size)) / len(examples)
+
+    start = time.perf_counter()
+    history, nll_before = [], mean_nll()
+    steps = cfg.cold_start.steps if examples else 0
+    order = random.Random(cfg.seed)
+    queue: list[int] = []
+    for step in range(steps):
+        picked = []
+        while len(picked) < min(size, len(examples)):
+            queue = queue or order.sample(range(len(examples)), len(examples))
+            picked.append(examples[queue.pop()])
+        optimizer.zero_grad(set_to_none=True)
+        loss = nll(picked)
+        accelerator.backward(loss)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.cold_start.grad_clip))
+        optimizer.step()
+        history.append({"step": step + 1, "nll": loss.item(), "grad_norm": grad_norm})
+        if tracker:
+            tracker.log_metrics(history[-1], step=step + 1)
+        print(f"[cold_start] step {step + 1}/{steps} nll {loss.item():.4f}", flush=True)
+    nll_after = mean_nll()
+
+    composer.save(out_dir / COMPOSER_FILE)
+    torch.save(anchor_latents(composer, retriever, bank, tasks, cfg.n_ret, accelerator), out_dir / ANCHORS_FILE)
+    summary = {"n_examples": len(examples), "steps": steps, "nll_before": nll_before, "nll_after": nll_after,
+               "latent_tokens": cfg.latent_tokens, "n_ret": cfg.n_ret,
+               "wall_s": round(time.perf_counter() - start, 1)}
+    if not examples:
+        summary["note"] = "n/a: the experience bank is empty, the composer keeps its initialisation"
+    return {"summary": summary, "history": history}
+
+
+@torch.no_grad()
+def anchor_latents(composer: Composer, retriever: Retriever, bank: list[BankEntry], tasks: Sequence[Task],
+                   n_ret: int, accelerator: Accelerator, batch_size: int = 8) -> dict[str, dict]:
+    """c_phi0 per training task: {task_id: {"entries": retrieved bank indices, "latents": [J*K, D] float32}}."""
+    out = {}
+    for i in range(0, len(tasks), batch_size):
+        chunk = tasks[i:i + batch_size]
+        retrieved = [retriever.retrieve(t.task_id, n_ret) for t in chunk]
+        with accelerator.autocast():
+            latents = compose(composer, [task_text(t.messages) for t in chunk],
+                              [[bank[j].trace for j in idx] for idx in retrieved])
+        out.update({t.task_id: {"entries": idx, "latents": lat.float()}
+                    for t, idx, lat in zip(chunk, retrieved, latents)})
+    return out

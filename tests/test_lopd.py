@@ -1,0 +1,145 @@
+"""Cold start and LOPD training on the tiny model through the shared loop."""
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from lopd.bank import BankEntry, task_text, write_bank
+from lopd.cold_start import ANCHORS_FILE, COMPOSER_FILE, cold_start
+from lopd.composer import FRAMINGS
+from lopd.config import resolve
+from lopd.lopd_method import LOPD
+from lopd.loop import train
+from lopd.methods import MethodContext
+from lopd.models import load_tokenizer
+from lopd.retrieval import BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE, save_vectors
+from lopd.rollout import Task
+
+TASKS = [Task(f"t{i}", [{"role": "system", "content": "You are an expert Python programmer."},
+                        {"role": "user", "content": f"Print the number {i} times two."}]) for i in range(6)]
+
+
+def _score(tasks, completions):
+    return [float(len(c) % 2) for c in completions]
+
+
+def _cfg(**overrides):
+    raw = {"profile": "smoke", "train": {"steps": 2, "save_every": 1}, **overrides}
+    return resolve(raw)
+
+
+@pytest.fixture(scope="module")
+def bank_dir(tmp_path_factory):
+    """Four entries from four tasks, with seeded random unit vectors standing in for embeddings."""
+    out = tmp_path_factory.mktemp("bank")
+    entries = [BankEntry(t.task_id, task_text(t.messages), f"print({i} * 2)",
+                         f"```python\nprint({i} * 2)\n```", 1.0) for i, t in enumerate(TASKS[:4])]
+    rng = np.random.default_rng(0)
+
+    def unit(n):
+        x = rng.standard_normal((n, 8)).astype(np.float32)
+        return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+    write_bank(out / BANK_FILE, entries, {"model": "tiny-random"})
+    save_vectors(out / DOCUMENTS_FILE, [e.task_id for e in entries], unit(len(entries)))
+    save_vectors(out / QUERIES_FILE, [t.task_id for t in TASKS], unit(len(TASKS)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def composer_dir(tiny_model_dir, bank_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("composer")
+    cfg = _cfg(cold_start={"steps": 0})
+    cold_start(cfg, tiny_model_dir, bank_dir, TASKS, out, FRAMINGS["coding"])
+    return out
+
+
+def test_cold_start_lowers_nll_and_caches_anchor_latents(tiny_model_dir, bank_dir, tmp_path):
+    cfg = _cfg(cold_start={"steps": 8, "batch_size": 4, "lr": 1e-3})
+    result = cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path, FRAMINGS["coding"])
+    s = result["summary"]
+    assert s["n_examples"] == 4 and len(result["history"]) == 8
+    assert s["nll_after"] < s["nll_before"] - 0.05
+    anchors = torch.load(tmp_path / ANCHORS_FILE)
+    assert set(anchors) == {t.task_id for t in TASKS}
+    for task_id, a in anchors.items():
+        assert task_id not in [f"t{i}" for i in a["entries"] if i == int(task_id[1:])]
+        assert a["latents"].shape == (len(a["entries"]) * cfg.latent_tokens, 64)
+    assert all(len(a["entries"]) == cfg.n_ret for a in anchors.values())
+    assert (tmp_path / COMPOSER_FILE).exists()
+
+
+def _method(cfg, bank_dir, composer_dir):
+    return LOPD(cfg, bank_dir, composer_dir, FRAMINGS["coding"], trace_of=str)
+
+
+def test_lopd_trains_student_and_composer_with_the_dual_update(tiny_model_dir, bank_dir, composer_dir, tmp_path):
+    cfg = _cfg()
+    method = _method(cfg, bank_dir, composer_dir)
+    result = train(cfg, method, TASKS, _score, tiny_model_dir, tmp_path / "run")
+    history = result["history"]
+    beta = cfg.lopd.beta_init
+    for h in history:  # beta <- [beta + eta (m - Delta)]_+ after every step, Delta measured on the step
+        assert h["beta"] == pytest.approx(beta)
+        beta = max(0.0, beta + cfg.lopd.dual_lr * (cfg.margin - h["privilege_margin"]))
+        assert h["beta_next"] == pytest.approx(beta)
+        assert h["distill_loss"] >= 0 and h["method_grad_norm"] > 0
+    assert history[0]["anchor"] == 0.0 and history[1]["anchor"] > 0  # phi moved away from phi_0 after step 1
+    start = torch.load(composer_dir / COMPOSER_FILE)
+    now = method.composer.trainable_state()
+    assert any(not torch.equal(start[k], now[k]) for k in start), "the composer must train"
+    base = load_file(str(tiny_model_dir / "model.safetensors"))
+    teacher = method.composer.backbone.state_dict()
+    assert all(torch.equal(base[k], teacher[k]) for k in base if k in teacher), "the teacher backbone stays frozen"
+    student = load_file(str(tmp_path / "run" / "model" / "model.safetensors"))
+    assert any(not torch.equal(base[k], student[k]) for k in base)
+
+
+def test_lopd_resume_equals_uninterrupted_run(tiny_model_dir, bank_dir, composer_dir, tmp_path):
+    straight = train(_cfg(), _method(_cfg(), bank_dir, composer_dir), TASKS, _score, tiny_model_dir, tmp_path / "a")
+    one = _cfg(train={"steps": 1, "save_every": 1})
+    train(one, _method(one, bank_dir, composer_dir), TASKS, _score, tiny_model_dir, tmp_path / "b")
+    resumed = train(_cfg(), _method(_cfg(), bank_dir, composer_dir), TASKS, _score, tiny_model_dir, tmp_path / "b")
+    a, b = load_file(str(tmp_path / "a" / "model" / "model.safetensors")), load_file(
+        str(tmp_path / "b" / "model" / "model.safetensors"))
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    keys = ("beta_next", "privilege_margin", "distill_loss")
+    assert [h[k] for h in straight["history"] for k in keys] == pytest.approx(
+        [h[k] for h in resumed["history"] for k in keys], abs=1e-6)
+
+
+def test_frozen_composer_keeps_phi0_and_has_no_anchor(tiny_model_dir, bank_dir, composer_dir, tmp_path):
+    cfg = _cfg(lopd={"train_composer": False}, margin=0.0)
+    method = _method(cfg, bank_dir, composer_dir)
+    result = train(cfg, method, TASKS, _score, tiny_model_dir, tmp_path / "frozen")
+    start = torch.load(composer_dir / COMPOSER_FILE)
+    assert all(torch.equal(start[k], v) for k, v in method.composer.trainable_state().items())
+    assert all(h["anchor"] == 0.0 and "method_grad_norm" not in h for h in result["history"])
+
+
+def test_missing_composer_is_a_clear_error(tiny_model_dir, bank_dir, tmp_path):
+    with pytest.raises(FileNotFoundError, match="run the cold_start stage"):
+        train(_cfg(), _method(_cfg(), bank_dir, tmp_path), TASKS, _score, tiny_model_dir, tmp_path / "x")
+
+
+def test_bank_growth_adds_training_successes_and_survives_resume(tiny_model_dir, tmp_path):
+    """With bank.grow_during_training, successful rollouts (here: reward >= 0.5) join the bank each step."""
+    from lopd.retrieval import EMBEDDED_MINILM, TextEmbedder, document_text, query_text
+    bank_dir, embedder = tmp_path / "bank", TextEmbedder(EMBEDDED_MINILM)
+    entries = [BankEntry(t.task_id, task_text(t.messages), f"print({i} * 2)", "ok", 1.0)
+               for i, t in enumerate(TASKS[:3])]
+    write_bank(bank_dir / BANK_FILE, entries, {})
+    save_vectors(bank_dir / DOCUMENTS_FILE, [e.task_id for e in entries],
+                 embedder.embed([document_text(e) for e in entries]))
+    save_vectors(bank_dir / QUERIES_FILE, [t.task_id for t in TASKS],
+                 embedder.embed([query_text(task_text(t.messages), "q") for t in TASKS]))
+    cfg = _cfg(cold_start={"steps": 0}, bank={"grow_during_training": True, "success_threshold": 0.5})
+    cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path / "composer", FRAMINGS["coding"])
+    result = train(cfg, _method(cfg, bank_dir, tmp_path / "composer"), TASKS, _score, tiny_model_dir, tmp_path / "r")
+    successes = [round(h["reward_mean"] * cfg.train.rollouts_per_step) for h in result["history"]]
+    assert [h["bank_size"] for h in result["history"]] == [3 + successes[0], 3 + sum(successes)]
+    resumed = _method(cfg, bank_dir, tmp_path / "composer")
+    resumed.setup(MethodContext(cfg, None, load_tokenizer(tiny_model_dir), tiny_model_dir, tmp_path, TASKS))
+    resumed.load_state_dict(torch.load(tmp_path / "r" / "trainer_state.pt", weights_only=False)["method"])
+    assert len(resumed.bank) == 3 + sum(successes) and resumed.retriever.index.ntotal == len(resumed.bank)
