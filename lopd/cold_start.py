@@ -97,9 +97,11 @@ def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: S
             picked.append(examples[queue.pop()])
         optimizer.zero_grad(set_to_none=True)
         loss = nll(picked)
-        accelerator.backward(loss)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.cold_start.grad_clip))
-        optimizer.step()
+        grad_norm = 0.0
+        if loss.requires_grad:  # false only when nothing in the batch retrieved anything (a one-task bank)
+            accelerator.backward(loss)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.cold_start.grad_clip))
+            optimizer.step()
         history.append({"step": step + 1, "nll": loss.item(), "grad_norm": grad_norm})
         if tracker:
             tracker.log_metrics(history[-1], step=step + 1)

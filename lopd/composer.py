@@ -110,6 +110,12 @@ class Composer(nn.Module):
         lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                           target_modules=LORA_TARGETS, bias="none")
         self.model = get_peft_model(backbone, lora)
+        # Encoder activations are recomputed in the backward pass. transformers checkpoints only in train mode
+        # (the backbone has no dropout, so the mode changes nothing else); the teacher pass runs in eval mode:
+        # its recomputation would happen after the adapter is switched back on.
+        self.checkpointing = cfg.activation_checkpointing
+        if self.checkpointing:
+            backbone.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         config = backbone.config
         embed_scale = backbone.get_input_embeddings().weight.detach().float().pow(2).mean().sqrt().item()
         self.qformer = QFormer(config.hidden_size, config.num_attention_heads, latent_tokens, cfg.qformer_layers,
@@ -125,6 +131,7 @@ class Composer(nn.Module):
         """Latent tokens for each encoder text: [len(texts), K, D]."""
         enc = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_item_tokens,
                              return_tensors="pt", padding_side="right")
+        self.backbone.train(self.checkpointing)
         out = self.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], output_hidden_states=True,
                          logits_to_keep=1, use_cache=False)
         return self.qformer(out.hidden_states[-1], enc["attention_mask"])
@@ -133,6 +140,7 @@ class Composer(nn.Module):
         """Final hidden states [B, L, D] of the frozen base model (adapter off) on `batch`, with each row's
         placeholder span replaced by its latent tokens."""
         embeds_B_L_D = inject_latents(self.backbone.get_input_embeddings()(batch.input_ids_B_L), latents, starts)
+        self.backbone.eval()
         with self.model.disable_adapter():
             out = self.backbone(inputs_embeds=embeds_B_L_D, attention_mask=batch.attention_mask_B_L,
                                 output_hidden_states=True, logits_to_keep=1, use_cache=False)

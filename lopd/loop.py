@@ -102,6 +102,7 @@ def config_fingerprint(cfg: Config) -> str:
     """Identifies a training run for resuming; the step budget may grow without invalidating it."""
     d = cfg.to_dict()
     d["train"] = {k: v for k, v in d["train"].items() if k not in ("steps", "save_every")}
+    d["lopd"] = {k: v for k, v in d["lopd"].items() if k != "steps"}
     d.pop("tracking")
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -147,7 +148,8 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], score: ScoreFn, ba
     start_step, history = 0, []
     state_path = out_dir / TRAINER_STATE
     state = torch.load(state_path, weights_only=False) if state_path.exists() else None
-    if state is not None and (state["fingerprint"] != config_fingerprint(cfg) or state["step"] > cfg.train.steps):
+    steps = method.steps(cfg)
+    if state is not None and (state["fingerprint"] != config_fingerprint(cfg) or state["step"] > steps):
         print(f"{out_dir}: existing checkpoint is from a different configuration or a longer run; starting fresh")
         state = None
     model = load_model(out_dir / "model" if state else base_dir, cfg.model.dtype)
@@ -157,7 +159,7 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], score: ScoreFn, ba
                                   weight_decay=cfg.train.weight_decay)
     if state:
         optimizer.load_state_dict(state["optimizer"])
-        method.load_state_dict(state["method"])
+        method.load_state_dict(state.get("method", {}))  # checkpoints from before methods had state: none
         start_step, history = state["step"], state["history"]
         print(f"resuming {method.name} from step {start_step}")
     model, optimizer = accelerator.prepare(model, optimizer)
@@ -166,7 +168,7 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], score: ScoreFn, ba
     tasks_per_step = cfg.train.rollouts_per_step // method.rollouts_per_task
     params = sampling_params(cfg, cfg.sampling.max_new_tokens)
     rank, world = accelerator.process_index, accelerator.num_processes
-    for step in range(start_step, cfg.train.steps):
+    for step in range(start_step, steps):
         t0 = time.perf_counter()
         step_tasks = tasks_for_step(tasks, tasks_per_step, cfg.seed, step)[rank::world]
         trajectories = rollout(backend, tokenizer, step_tasks, params, step_seed(cfg.seed, step, rank),
@@ -195,13 +197,13 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], score: ScoreFn, ba
         history.append({"step": step + 1, **metrics})
         if tracker:
             tracker.log_metrics(metrics, step=step + 1)
-        print(f"[{method.name}] step {step + 1}/{cfg.train.steps} reward {metrics['reward_mean']:.3f} "
+        print(f"[{method.name}] step {step + 1}/{steps} reward {metrics['reward_mean']:.3f} "
               f"loss {metrics['loss']:.4f} ({t3 - t0:.1f}s)", flush=True)
-        if accelerator.is_main_process and ((step + 1) % cfg.train.save_every == 0 or step + 1 == cfg.train.steps):
+        if accelerator.is_main_process and ((step + 1) % cfg.train.save_every == 0 or step + 1 == steps):
             save_checkpoint(out_dir, model, tokenizer, optimizer, step + 1, history, cfg, method)
-    if accelerator.is_main_process and cfg.train.steps == start_step == 0:
+    if accelerator.is_main_process and steps == start_step == 0:
         save_checkpoint(out_dir, model, tokenizer, optimizer, 0, history, cfg, method)
-    summary = {"method": method.name, "steps": cfg.train.steps,
+    summary = {"method": method.name, "steps": steps,
                "final_reward_mean": history[-1]["reward_mean"] if history else None,
                "mean_reward_mean": sum(h["reward_mean"] for h in history) / len(history) if history else None}
     return {"summary": summary, "history": history}

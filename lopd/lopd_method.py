@@ -39,6 +39,9 @@ class LOPD(Method):
         self.beta = cfg.lopd.beta_init
         self.grown: list[BankEntry] = []
 
+    def steps(self, cfg: Config) -> int:
+        return cfg.train.steps if cfg.lopd.steps is None else cfg.lopd.steps
+
     def setup(self, ctx: MethodContext) -> None:
         cfg = self.cfg
         self.accelerator, self.tokenizer = ctx.accelerator, ctx.tokenizer

@@ -79,6 +79,10 @@ class Method(ABC):
     @abstractmethod
     def rollouts_per_task(self) -> int: ...
 
+    def steps(self, cfg: Config) -> int:
+        """Optimizer steps to run (the shared budget unless the method has its own)."""
+        return cfg.train.steps
+
     def setup(self, ctx: MethodContext) -> None:
         """Load what the method needs beyond the student (teacher, composer, bank); called once by the loop."""
 

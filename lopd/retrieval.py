@@ -41,7 +41,10 @@ class TextEmbedder:
         else:
             path, self.pooling, self.max_length = name, "last", 8192
         self.tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left" if self.pooling == "last" else "right")
-        self.model = AutoModel.from_pretrained(path).eval()
+        # An 8B embedder wants an accelerator; the embedded MiniLM runs anywhere in fp32.
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
+        self.model = AutoModel.from_pretrained(path, dtype=dtype).to(self.device).eval()
         self.batch_size = batch_size
 
     @torch.no_grad()
@@ -49,14 +52,14 @@ class TextEmbedder:
         out = []
         for start in range(0, len(texts), self.batch_size):
             enc = self.tokenizer(list(texts[start:start + self.batch_size]), padding=True, truncation=True,
-                                 max_length=self.max_length, return_tensors="pt")
+                                 max_length=self.max_length, return_tensors="pt").to(self.device)
             hidden_B_L_D = self.model(**enc).last_hidden_state.float()
             mask_B_L_1 = enc["attention_mask"][..., None].float()
             if self.pooling == "mean":
                 pooled_B_D = (hidden_B_L_D * mask_B_L_1).sum(1) / mask_B_L_1.sum(1).clamp(min=1)
             else:  # left padding: the last position is every row's last real token
                 pooled_B_D = hidden_B_L_D[:, -1]
-            out.append(torch.nn.functional.normalize(pooled_B_D, dim=-1).numpy())
+            out.append(torch.nn.functional.normalize(pooled_B_D, dim=-1).cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, 0), dtype=np.float32)
 
 

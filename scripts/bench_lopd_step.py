@@ -96,22 +96,25 @@ def step_times(cfg) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--positions", type=int, default=4096, help="action tokens in the memory probe")
+    parser.add_argument("--chunk-size", type=int, help="positions per chunk (default: train.loss_chunk_size)")
     parser.add_argument("--probe", choices=("chunked", "full"), help=argparse.SUPPRESS)
     parser.add_argument("--out", default=str(REPO_ROOT / "reports" / "perf" / "lopd_step.json"))
     args = parser.parse_args()
     cfg = load_config()
+    chunk = args.chunk_size or cfg.train.loss_chunk_size
     if args.probe:
-        print(json.dumps(memory_probe(args.probe, args.positions, cfg.train.loss_chunk_size, cfg.lopd.top_m)))
+        print(json.dumps(memory_probe(args.probe, args.positions, chunk, cfg.lopd.top_m)))
         return
     memory = {}
     for variant in ("chunked", "full"):
-        out = subprocess.run([sys.executable, __file__, "--probe", variant, "--positions", str(args.positions)],
+        out = subprocess.run([sys.executable, __file__, "--probe", variant, "--positions", str(args.positions),
+                              "--chunk-size", str(chunk)],
                              capture_output=True, text=True, check=True, cwd=REPO_ROOT)
         memory[variant] = json.loads(out.stdout.strip().splitlines()[-1])["peak_above_inputs_mb"]
     result = {
         "profile": cfg.profile, "model": cfg.model.name, "threads": torch.get_num_threads(),
         "step": step_times(cfg),
-        "kl_memory": {"positions": args.positions, "chunk_size": cfg.train.loss_chunk_size, "top_m": cfg.lopd.top_m,
+        "kl_memory": {"positions": args.positions, "chunk_size": chunk, "top_m": cfg.lopd.top_m,
                       "chunked_peak_mb": memory["chunked"], "full_vocab_peak_mb": memory["full"],
                       "chunked_over_full": round(memory["chunked"] / memory["full"], 3), "target_ratio": 0.25},
     }

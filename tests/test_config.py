@@ -16,6 +16,12 @@ def test_paper_values_are_the_defaults():
     assert (cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.top_k) == (0.7, 0.95, 20)
     assert (cfg.train.lr, cfg.train.grad_clip, cfg.train.rollouts_per_step) == (1e-5, 1.0, 32)
     assert (cfg.grpo.group_size, cfg.grpo.clip_low, cfg.grpo.clip_high) == (4, 0.2, 0.2)
+    assert (cfg.margin, cfg.latent_tokens, cfg.n_ret) == (0.05, 32, 3)
+    assert (cfg.lopd.top_m, cfg.lopd.anchor_weight, cfg.lopd.dual_lr, cfg.lopd.beta_init) == (20, 0.2, 0.5, 0.0)
+    assert (cfg.lopd.composer_lr, cfg.cold_start.lr, cfg.cold_start.batch_size, cfg.cold_start.grad_clip) == (
+        1e-5, 1e-5, 8, 3.0)
+    assert (cfg.composer.lora_rank, cfg.composer.lora_alpha, cfg.composer.lora_dropout) == (8, 16.0, 0.0)
+    assert (cfg.composer.qformer_layers, cfg.composer.ff_mult) == (8, 4)
     assert cfg.eval.max_new_tokens == 16384
 
 
@@ -32,6 +38,17 @@ def test_paper_values_are_the_defaults():
     ({"train": {"rollouts_per_step": 30}}, "multiple of grpo.group_size"),
     ({"eval": "fast"}, "eval: expected a mapping"),
     ({"model": {"dtype": "int4"}}, "model.dtype"),
+    ({"margin": -0.1}, "margin: must be >= 0"),
+    ({"margin": "big"}, "margin: expected a number"),
+    ({"latent_tokens": 0}, "latent_tokens: must be >= 1"),
+    ({"n_ret": 2.5}, "n_ret: expected int"),
+    ({"baselines": ["vanilla", "lopd"]}, "baselines: unknown baseline 'lopd'"),
+    ({"baselines": ["vanilla"], "methods": ["vanilla", "grpo"]}, "methods: 'grpo' is evaluated but not trained"),
+    ({"lopd": {"top_m": 0}}, "lopd.top_m"),
+    ({"lopd": {"steps": -1}}, "lopd.steps"),
+    ({"bank": {"success_threshold": 2}}, "bank.success_threshold"),
+    ({"composer": {"lora_rank": 0}}, "composer.lora_rank"),
+    ({"cold_start": {"grad_clip": 0}}, "cold_start.grad_clip"),
 ])
 def test_bad_params_give_one_line_error_naming_the_key(raw, message):
     with pytest.raises(ConfigError) as err:

@@ -143,3 +143,33 @@ def test_bank_growth_adds_training_successes_and_survives_resume(tiny_model_dir,
     resumed.setup(MethodContext(cfg, None, load_tokenizer(tiny_model_dir), tiny_model_dir, tmp_path, TASKS))
     resumed.load_state_dict(torch.load(tmp_path / "r" / "trainer_state.pt", weights_only=False)["method"])
     assert len(resumed.bank) == 3 + sum(successes) and resumed.retriever.index.ntotal == len(resumed.bank)
+
+
+def test_cold_start_on_a_one_task_bank_retrieves_nothing_and_does_not_crash(tiny_model_dir, tmp_path):
+    bank_dir = tmp_path / "bank"
+    entry = BankEntry("t0", task_text(TASKS[0].messages), "print(0)", "print(0)", 1.0)
+    write_bank(bank_dir / BANK_FILE, [entry], {})
+    save_vectors(bank_dir / DOCUMENTS_FILE, ["t0"], np.eye(1, 4, dtype=np.float32))
+    save_vectors(bank_dir / QUERIES_FILE, [t.task_id for t in TASKS], np.eye(len(TASKS), 4, dtype=np.float32))
+    result = cold_start(_cfg(cold_start={"steps": 2}), tiny_model_dir, bank_dir, TASKS, tmp_path / "c",
+                        FRAMINGS["coding"])
+    assert result["summary"]["nll_before"] == pytest.approx(result["summary"]["nll_after"])
+    anchors = torch.load(tmp_path / "c" / ANCHORS_FILE)
+    assert anchors["t0"]["entries"] == [] and anchors["t1"]["entries"] == [0]
+
+
+def test_activation_checkpointing_changes_memory_not_results(tiny_model_dir, bank_dir, tmp_path):
+    runs = []
+    for on in (True, False):
+        cfg = _cfg(cold_start={"steps": 2, "batch_size": 4, "lr": 1e-3}, composer={"activation_checkpointing": on,
+                   "max_item_tokens": 64, "qformer_layers": 2})
+        runs.append(cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path / str(on), FRAMINGS["coding"]))
+    assert [h["nll"] for h in runs[0]["history"]] == [h["nll"] for h in runs[1]["history"]]
+    a, b = torch.load(tmp_path / "True" / COMPOSER_FILE), torch.load(tmp_path / "False" / COMPOSER_FILE)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_lopd_steps_sets_its_own_budget(tiny_model_dir, bank_dir, composer_dir, tmp_path):
+    cfg = _cfg(lopd={"steps": 1})
+    result = train(cfg, _method(cfg, bank_dir, composer_dir), TASKS, _score, tiny_model_dir, tmp_path / "one")
+    assert len(result["history"]) == 1 and result["summary"]["steps"] == 1

@@ -13,7 +13,7 @@ import pytest
 from lopd.config import REPO_ROOT
 
 SHARED = Path(os.environ.get("LOPD_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
-IGNORE = shutil.ignore_patterns(".venv", ".git", "models", "checkpoints", "results", "metrics", "cache", "tmp",
+IGNORE = shutil.ignore_patterns(".venv", ".git", "models", "checkpoints", "bank", "results", "metrics", "cache", "tmp",
                                 "__pycache__", ".pytest_cache", ".hypothesis")
 
 
