@@ -60,9 +60,10 @@ def _shingles(text: str, n: int = 8) -> set[tuple[str, ...]]:
     return {tuple(words[i:i + n]) for i in range(max(len(words) - n + 1, 1))} if words else set()
 
 
-def check_no_eval_overlap(entries: Iterable[BankEntry], train_ids: set[str], eval_tasks: Mapping[str, str],
+def check_no_eval_overlap(entries: Iterable, train_ids: set[str], eval_tasks: Mapping[str, str],
                           max_containment: float = 0.5) -> None:
-    """Raise ValueError if an entry is not from the training split or looks like an evaluation task.
+    """Raise ValueError if an entry (anything with `task_id` and `task`: a bank entry, a pool demonstration)
+    is not from the training split or looks like an evaluation task.
 
     An entry is rejected when its task id is not a training task id, is an evaluation task id, or when
     more than `max_containment` of an evaluation prompt's word 8-grams occur in the entry's task text
@@ -71,38 +72,49 @@ def check_no_eval_overlap(entries: Iterable[BankEntry], train_ids: set[str], eva
     eval_shingles = {tid: _shingles(text) for tid, text in eval_tasks.items()}
     for entry in entries:
         if entry.task_id not in train_ids:
-            raise ValueError(f"bank entry {entry.task_id!r} is not a training task")
+            raise ValueError(f"entry {entry.task_id!r} is not a training task")
         if entry.task_id in eval_tasks:
-            raise ValueError(f"bank entry {entry.task_id!r} is an evaluation task id")
+            raise ValueError(f"entry {entry.task_id!r} is an evaluation task id")
         mine = _shingles(entry.task)
         for tid, theirs in eval_shingles.items():
             if theirs and len(theirs & mine) / len(theirs) > max_containment:
-                raise ValueError(f"bank entry {entry.task_id!r} overlaps evaluation task {tid!r}")
+                raise ValueError(f"entry {entry.task_id!r} overlaps evaluation task {tid!r}")
 
 
-def write_bank(path: str | Path, entries: list[BankEntry], meta: dict) -> None:
+def write_records(path: str | Path, records: list, header: dict) -> None:
+    """A JSONL file: one header line (version and metadata), then one dataclass record per line."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as f:
-        f.write(json.dumps({"bank_version": BANK_VERSION, **meta}) + "\n")
-        for entry in entries:
-            f.write(json.dumps(asdict(entry)) + "\n")
+        f.write(json.dumps(header) + "\n")
+        for record in records:
+            f.write(json.dumps(asdict(record)) + "\n")
+
+
+def read_records(path: str | Path, record_type: type, version_key: str, version: int, what: str,
+                 stage: str) -> tuple[list, dict]:
+    """Records and the header of a `write_records` file; a missing or malformed file is a one-line error."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: {what} not found (run the {stage} stage)")
+    lines = path.read_text().splitlines()
+    try:
+        meta = json.loads(lines[0])
+        if meta.get(version_key) != version:
+            raise ValueError(f"version {meta.get(version_key)!r}, expected {version}")
+        records = [record_type(**json.loads(line)) for line in lines[1:] if line.strip()]
+    except (IndexError, ValueError, TypeError) as err:
+        raise ValueError(f"{path}: not a valid {what} ({err})") from None
+    return records, meta
+
+
+def write_bank(path: str | Path, entries: list[BankEntry], meta: dict) -> None:
+    write_records(path, entries, {"bank_version": BANK_VERSION, **meta})
 
 
 def read_bank(path: str | Path) -> tuple[list[BankEntry], dict]:
     """Entries and the header's metadata; a missing or malformed file is a one-line ValueError."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: experience bank not found (run the build_bank stage)")
-    lines = path.read_text().splitlines()
-    try:
-        meta = json.loads(lines[0])
-        if meta.get("bank_version") != BANK_VERSION:
-            raise ValueError(f"version {meta.get('bank_version')!r}, expected {BANK_VERSION}")
-        entries = [BankEntry(**json.loads(line)) for line in lines[1:] if line.strip()]
-    except (IndexError, ValueError, TypeError) as err:
-        raise ValueError(f"{path}: not a valid experience bank ({err})") from None
-    return entries, meta
+    return read_records(path, BankEntry, "bank_version", BANK_VERSION, "experience bank", "build_bank")
 
 
 def sample_rollouts(cfg: Config, tasks: list[Task], score: ScoreFn, base_dir: str | Path,

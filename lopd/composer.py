@@ -23,7 +23,7 @@ from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lopd.config import ComposerConfig
-from lopd.trajectory import TokenBatch, Trajectory, Turn, collate
+from lopd.trajectory import TokenBatch, Trajectory, collate, with_prompt
 
 LATENT_PLACEHOLDER = "<|LATENT_PH|>"
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -190,8 +190,6 @@ def teacher_batch(tokenizer: PreTrainedTokenizerBase, trajectories: list[Traject
     rows, starts = [], []
     for traj, msgs, n in zip(trajectories, messages, n_latent):
         ids, start = teacher_prompt_ids(tokenizer, msgs, framing, n)
-        first = traj.turns[0]
-        rows.append(Trajectory(traj.task_id, [Turn(ids, first.action_ids, first.action_logprobs), *traj.turns[1:]],
-                               reward=traj.reward, advantage=traj.advantage))
+        rows.append(with_prompt(traj, ids))
         starts.append(start)
     return collate(rows, pad_id), starts

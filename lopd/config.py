@@ -19,7 +19,7 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROFILES_NAMES = ("smoke", "cpu", "paper")
-KNOWN_BASELINES = ("vanilla", "grpo")
+KNOWN_BASELINES = ("vanilla", "grpo", "skill_sd", "opsd", "sdpo", "sdft")  # the paper's table order
 KNOWN_METHODS = (*KNOWN_BASELINES, "lopd")
 KNOWN_BENCHMARKS = ("humaneval_plus", "mbpp_plus")
 
@@ -107,7 +107,23 @@ class TrainConfig:
 
 
 @dataclass
-class GRPOConfig:
+class MethodConfig:
+    """What every trained method's section has: its own step budget."""
+
+    steps: int | None = None
+    """Optimizer steps (x train.rollouts_per_step rollouts); None = train.steps, the shared budget."""
+
+    def _check_steps(self, section: str) -> None:
+        _check(self.steps is None or self.steps >= 0, f"{section}.steps: must be >= 0 or null")
+
+
+@dataclass
+class VanillaConfig:
+    """The unadapted base model has no parameters (the section exists so every method has one)."""
+
+
+@dataclass
+class GRPOConfig(MethodConfig):
     group_size: int = 4
     """Rollouts per task (G); advantages are normalised within each group."""
     clip_low: float = 0.2
@@ -116,9 +132,107 @@ class GRPOConfig:
     """PPO ratio clip above 1 (epsilon_hi)."""
 
     def __post_init__(self) -> None:
+        self._check_steps("grpo")
         _check(self.group_size >= 2, "grpo.group_size: must be >= 2 (advantages are group-normalised)")
         _check(0 < self.clip_low < 1, "grpo.clip_low: must be in (0, 1)")
         _check(self.clip_high > 0, "grpo.clip_high: must be > 0")
+
+
+@dataclass
+class PoolConfig:
+    """The shared oracle pool of SDFT and OPSD (stage build_pool): one verified-successful demonstration per
+    training task, first from the base model's own successes (the experience bank), then reference solutions."""
+
+    fill_with_references: bool = True
+    """Give tasks without a base-model success their dataset reference solution, if it passes its tests
+    (the paper fills the gaps with stronger-model solutions; we have no such model offline)."""
+
+
+@dataclass
+class SDFTConfig(MethodConfig):
+    """SDFT (Shenfeld et al., 2026): an EMA teacher reads a pool demonstration appended to the user message;
+    forward KL over the full vocabulary."""
+
+    ema_rate: float = 0.01
+    """alpha_EMA: after every step the teacher moves this fraction of the way to the student."""
+
+    def __post_init__(self) -> None:
+        self._check_steps("sdft")
+        _check(0 < self.ema_rate <= 1, "sdft.ema_rate: must be in (0, 1]")
+
+
+@dataclass
+class OPSDConfig(MethodConfig):
+    """OPSD (Zhao et al., 2026): the frozen initial model reads the pool's oracle trajectory in the system
+    message; forward KL over the full vocabulary."""
+
+    def __post_init__(self) -> None:
+        self._check_steps("opsd")
+
+
+@dataclass
+class SDPOConfig(MethodConfig):
+    """SDPO (Huebotter et al., 2026): an EMA teacher reads a successful sibling from the same step's group;
+    reverse KL on a top-K support plus a tail bucket."""
+
+    group_size: int = 4
+    """Rollouts per task (G); a rollout's teacher sees a successful sibling from its own group."""
+    ema_rate: float = 0.05
+    """Teacher EMA update rate per step."""
+    top_k: int = 100
+    """Size of the top-K support of the reverse KL (the SDPO reference: 100)."""
+    support: str = "student"
+    """Whose top-K tokens form the support: student (the SDPO reference) | teacher."""
+    success_threshold: float = 1.0
+    """A sibling counts as successful when its reward is >= this (coding: all tests pass)."""
+
+    def __post_init__(self) -> None:
+        self._check_steps("sdpo")
+        _check(self.group_size >= 2, "sdpo.group_size: must be >= 2 (a rollout's teacher context is a sibling)")
+        _check(0 < self.ema_rate <= 1, "sdpo.ema_rate: must be in (0, 1]")
+        _check(self.top_k >= 1, "sdpo.top_k: must be >= 1")
+        _check(self.support in ("student", "teacher"), f"sdpo.support: {self.support!r} is not student or teacher")
+        _check(0 <= self.success_threshold <= 1, "sdpo.success_threshold: must be in [0, 1]")
+
+
+@dataclass
+class SkillSDConfig(MethodConfig):
+    """Skill-SD (Wang et al., 2026): a skill summary chosen by UCB1 goes into the live teacher's user message;
+    PPO-clip plus importance-weighted sampled-token reverse KL."""
+
+    group_size: int = 4
+    """Rollouts per task (G) for the group-normalised PPO advantages."""
+    clip_low: float = 0.2
+    """PPO ratio clip below 1 (epsilon_lo)."""
+    clip_high: float = 0.28
+    """PPO ratio clip above 1 (epsilon_hi)."""
+    sdl_weight: float = 0.001
+    """lambda_sdl: weight of the sampled-token reverse KL added to the PPO loss."""
+    is_clip: float | None = 2.0
+    """Cap on the importance weight pi_theta / pi_old of the distillation term (null: uncapped)."""
+    ucb_c: float = 1.4142135623730951
+    """UCB1 exploration constant c (paper: sqrt 2)."""
+    candidates: int = 4
+    """Skills from the most similar past tasks that UCB1 chooses among for each task."""
+    summariser: str | None = None
+    """Model that writes the skill summaries: a Hugging Face id or local path; null = the base model."""
+    summary_tokens: int = 128
+    """Token budget of each summary section (What works / What to avoid / Suggested workflow)."""
+    success_threshold: float = 1.0
+    """A rollout counts as successful in the summariser's prompt when its reward is >= this."""
+
+    def __post_init__(self) -> None:
+        self._check_steps("skill_sd")
+        _check(self.group_size >= 1, "skill_sd.group_size: must be >= 1")
+        _check(0 < self.clip_low < 1, "skill_sd.clip_low: must be in (0, 1)")
+        _check(self.clip_high > 0, "skill_sd.clip_high: must be > 0")
+        _check(self.sdl_weight >= 0, "skill_sd.sdl_weight: must be >= 0")
+        _check(self.is_clip is None or self.is_clip > 0, "skill_sd.is_clip: must be > 0 or null")
+        _check(self.ucb_c >= 0, "skill_sd.ucb_c: must be >= 0")
+        _check(self.candidates >= 1, "skill_sd.candidates: must be >= 1")
+        _check(self.summariser is None or bool(self.summariser), "skill_sd.summariser: must not be empty")
+        _check(self.summary_tokens >= 1, "skill_sd.summary_tokens: must be >= 1")
+        _check(0 <= self.success_threshold <= 1, "skill_sd.success_threshold: must be in [0, 1]")
 
 
 @dataclass
@@ -195,7 +309,7 @@ class ColdStartConfig:
 
 
 @dataclass
-class LOPDConfig:
+class LOPDConfig(MethodConfig):
     """Joint training of student and composer (paper eq. 8-12); `margin`, `latent_tokens`, `n_ret` are top level."""
 
     top_m: int = 20
@@ -210,9 +324,6 @@ class LOPDConfig:
     """AdamW learning rate of the composer (LoRA + QFormer) during joint training."""
     train_composer: bool = True
     """False freezes the composer at its cold start phi_0 (the paper's "Frozen phi_0" ablation row)."""
-    steps: int | None = None
-    """LOPD's optimizer steps (x train.rollouts_per_step rollouts); None = train.steps, the baselines' budget.
-    The paper reports LOPD passing GRPO with under 30% of its rollout budget; the cpu profile uses 1/3."""
 
     def __post_init__(self) -> None:
         _check(self.top_m >= 1, "lopd.top_m: must be >= 1")
@@ -220,7 +331,7 @@ class LOPDConfig:
         _check(self.dual_lr >= 0, "lopd.dual_lr: must be >= 0")
         _check(self.beta_init >= 0, "lopd.beta_init: must be >= 0")
         _check(self.composer_lr > 0, "lopd.composer_lr: must be > 0")
-        _check(self.steps is None or self.steps >= 0, "lopd.steps: must be >= 0 or null")
+        self._check_steps("lopd")
 
 
 @dataclass
@@ -285,7 +396,13 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    vanilla: VanillaConfig = field(default_factory=VanillaConfig)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    skill_sd: SkillSDConfig = field(default_factory=SkillSDConfig)
+    opsd: OPSDConfig = field(default_factory=OPSDConfig)
+    sdpo: SDPOConfig = field(default_factory=SDPOConfig)
+    sdft: SDFTConfig = field(default_factory=SDFTConfig)
+    pool: PoolConfig = field(default_factory=PoolConfig)
     bank: BankConfig = field(default_factory=BankConfig)
     composer: ComposerConfig = field(default_factory=ComposerConfig)
     cold_start: ColdStartConfig = field(default_factory=ColdStartConfig)
@@ -306,8 +423,10 @@ class Config:
             _check(m == "lopd" or m in self.baselines, f"methods: {m!r} is evaluated but not trained (add it to baselines)")
         for b in self.benchmarks:
             _check(b in KNOWN_BENCHMARKS, f"benchmarks: unknown benchmark {b!r} (known: {', '.join(KNOWN_BENCHMARKS)})")
-        _check(self.train.rollouts_per_step % self.grpo.group_size == 0,
-               "train.rollouts_per_step: must be a multiple of grpo.group_size")
+        for name in ("grpo", "sdpo", "skill_sd"):
+            group = getattr(self, name).group_size
+            _check(self.train.rollouts_per_step % group == 0,
+                   f"train.rollouts_per_step: must be a multiple of {name}.group_size ({group})")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -330,6 +449,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         "cold_start.batch_size": 2,
         "latent_tokens": 4,
         "n_ret": 2,
+        "sdpo.success_threshold": 0.0,  # likewise: every sibling counts as a success, so SDPO distills
+        "skill_sd.summary_tokens": 8,
         "eval.n_samples": 1,
         "eval.task_limit": 4,
         "eval.max_new_tokens": 24,
@@ -343,7 +464,13 @@ PROFILES: dict[str, dict[str, Any]] = {
         "bank.samples_per_task": 4,
         "composer.max_item_tokens": 256,
         "cold_start.steps": 12,
-        "lopd.steps": 8,  # 256 rollouts, 1/3 of the baselines' 768: an LOPD update costs ~3x a GRPO one on CPU
+        "lopd.steps": 8,  # 256 rollouts, 1/3 of GRPO's 768: an LOPD update costs ~3x a GRPO one on CPU
+        # The four distillation baselines get LOPD's budget, not GRPO's: 2 cores cannot train all seven at 768.
+        "skill_sd.steps": 8,
+        "opsd.steps": 8,
+        "sdpo.steps": 8,
+        "sdft.steps": 8,
+        "skill_sd.summary_tokens": 64,
         "eval.n_samples": 1,
         "eval.task_limit": 164,
         "eval.max_new_tokens": 384,

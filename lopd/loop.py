@@ -21,7 +21,7 @@ from typing import Sequence
 import torch
 from accelerate import Accelerator
 
-from lopd.config import Config
+from lopd.config import KNOWN_METHODS, Config
 from lopd.methods import Method, MethodContext, PolicyOutputs
 from lopd.models import load_model, load_tokenizer
 from lopd.rollout import ScoreFn, Task, make_backend, rollout, sampling_params, step_seed
@@ -31,6 +31,10 @@ from lopd.trajectory import Trajectory, collate
 
 MANIFEST = "manifest.json"
 TRAINER_STATE = "trainer_state.pt"
+
+
+class MethodInputError(RuntimeError):
+    """A method could not load what it needs beyond the student (its message names the file and the stage)."""
 
 
 def tasks_for_step(tasks: Sequence[Task], n: int, seed: int, step: int) -> list[Task]:
@@ -102,7 +106,8 @@ def config_fingerprint(cfg: Config) -> str:
     """Identifies a training run for resuming; the step budget may grow without invalidating it."""
     d = cfg.to_dict()
     d["train"] = {k: v for k, v in d["train"].items() if k not in ("steps", "save_every")}
-    d["lopd"] = {k: v for k, v in d["lopd"].items() if k != "steps"}
+    for method in KNOWN_METHODS:
+        d[method].pop("steps", None)
     d.pop("tracking")
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -154,7 +159,10 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], score: ScoreFn, ba
         state = None
     model = load_model(out_dir / "model" if state else base_dir, cfg.model.dtype)
     model.train()
-    method.setup(MethodContext(cfg, accelerator, tokenizer, Path(base_dir), out_dir, tasks))
+    try:
+        method.setup(MethodContext(cfg, accelerator, tokenizer, Path(base_dir), model, tasks))
+    except (OSError, ValueError) as err:  # a missing or unusable upstream output (bank, composer, pool)
+        raise MethodInputError(f"{method.name}: {err}") from err
     optimizer = torch.optim.AdamW([{"params": list(model.parameters())}, *method.param_groups()], lr=cfg.train.lr,
                                   weight_decay=cfg.train.weight_decay)
     if state:

@@ -11,6 +11,7 @@ then beta <- [beta + eta_beta (m - Delta)]_+. The deployed student needs no bank
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -20,7 +21,7 @@ from lopd.bank import BankEntry, task_text
 from lopd.cold_start import ANCHORS_FILE, COMPOSER_FILE
 from lopd.composer import Composer, compose, teacher_batch
 from lopd.config import Config
-from lopd.losses import anchor_penalty, chunked_topm_tail_kl, dual_update, lopd_loss
+from lopd.losses import anchor_penalty, chunked_distillation, dual_update, lopd_loss, topk_tail_reverse_kl
 from lopd.methods import Method, MethodContext, PolicyOutputs
 from lopd.models import load_model
 from lopd.retrieval import TextEmbedder, document_text, load_bank
@@ -38,9 +39,6 @@ class LOPD(Method):
         self.framing, self.trace_of = framing, trace_of
         self.beta = cfg.lopd.beta_init
         self.grown: list[BankEntry] = []
-
-    def steps(self, cfg: Config) -> int:
-        return cfg.train.steps if cfg.lopd.steps is None else cfg.lopd.steps
 
     def setup(self, ctx: MethodContext) -> None:
         cfg = self.cfg
@@ -99,9 +97,10 @@ class LOPD(Method):
         where_B_T = teacher.action_mask_B_T > 0
         hidden_t_N_D = hidden_B_L_D[:, :-1][where_B_T]
         assert hidden_t_N_D.shape == student.hidden_N_D.shape, "teacher and student action positions differ"
-        kl_N, logp_s_N, logp_t_N = chunked_topm_tail_kl(
+        kl_N, logp_s_N, logp_t_N = chunked_distillation(
             student.hidden_N_D, student.weight_V_D, hidden_t_N_D, self.composer.backbone.get_output_embeddings().weight,
-            student.targets_N, cfg.lopd.top_m, student.temperature, student.chunk_size)
+            student.targets_N, partial(topk_tail_reverse_kl, top_k=cfg.lopd.top_m, support="teacher"),
+            student.temperature, student.chunk_size)
         student.logp_N = logp_s_N
         anchor = anchor_penalty([c for c, _ in anchored], [c0 for _, c0 in anchored]) if anchored else torch.zeros(())
         loss, metrics = lopd_loss(kl_N, logp_t_N, logp_s_N, student.sequence_N, batch.advantages_B, self.beta,

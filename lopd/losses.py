@@ -5,6 +5,8 @@ B = sequences, T = target positions, D = hidden size, V = vocabulary.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch.utils.checkpoint import checkpoint
 
@@ -63,33 +65,42 @@ def ppo_clip_loss(logp_B_T: torch.Tensor, old_logp_B_T: torch.Tensor, advantages
     return loss, metrics
 
 
-def topm_tail_reverse_kl(logp_s_N_V: torch.Tensor, logp_t_N_V: torch.Tensor, top_m: int) -> torch.Tensor:
-    """D_KL(p~S || p~T) per position (paper eq. 8): both distributions restricted to the teacher's top-M
-    tokens plus one tail bucket holding the rest of the mass. Inputs are full-vocabulary log-probs."""
-    support_N_M = logp_t_N_V.detach().topk(top_m, dim=-1).indices
-    ls_N_M, lt_N_M = logp_s_N_V.gather(-1, support_N_M), logp_t_N_V.gather(-1, support_N_M)
-    outside_N_V = torch.ones_like(logp_s_N_V, dtype=torch.bool).scatter(-1, support_N_M, False)
+def topk_tail_reverse_kl(logp_s_N_V: torch.Tensor, logp_t_N_V: torch.Tensor, top_k: int,
+                         support: str = "teacher") -> torch.Tensor:
+    """D_KL(p~S || p~T) per position: both distributions restricted to one side's top-k tokens plus one tail
+    bucket holding the rest of the mass. `support="teacher"` is LOPD's top-M (paper eq. 8); `"student"` is
+    the SDPO reference's top-K. Inputs are full-vocabulary log-probs; the support choice carries no gradient."""
+    chooser_N_V = logp_t_N_V if support == "teacher" else logp_s_N_V
+    support_N_K = chooser_N_V.detach().topk(top_k, dim=-1).indices
+    ls_N_K, lt_N_K = logp_s_N_V.gather(-1, support_N_K), logp_t_N_V.gather(-1, support_N_K)
+    outside_N_V = torch.ones_like(logp_s_N_V, dtype=torch.bool).scatter(-1, support_N_K, False)
     tail_s_N = logp_s_N_V.masked_fill(~outside_N_V, float("-inf")).logsumexp(-1)
     tail_t_N = logp_t_N_V.masked_fill(~outside_N_V, float("-inf")).logsumexp(-1)
-    head_N = (ls_N_M.exp() * (ls_N_M - lt_N_M)).sum(-1)
-    # exp(-inf) * nan would poison an empty tail (top_m == V); it is 0 by definition.
+    head_N = (ls_N_K.exp() * (ls_N_K - lt_N_K)).sum(-1)
+    # exp(-inf) * nan would poison an empty tail (top_k == V); it is 0 by definition.
     tail_N = torch.where(torch.isinf(tail_s_N), torch.zeros_like(tail_s_N), tail_s_N.exp() * (tail_s_N - tail_t_N))
     return head_N + tail_N
 
 
-def _chunk_topm_tail(hidden_s_N_D, weight_s_V_D, hidden_t_N_D, weight_t_V_D, targets_N, top_m, temperature):
+def forward_kl(logp_s_N_V: torch.Tensor, logp_t_N_V: torch.Tensor) -> torch.Tensor:
+    """D_KL(p_T || p_S) per position over the full vocabulary (SDFT and OPSD)."""
+    return (logp_t_N_V.exp() * (logp_t_N_V - logp_s_N_V)).sum(-1)
+
+
+def _chunk_distill(hidden_s_N_D, weight_s_V_D, hidden_t_N_D, weight_t_V_D, targets_N, divergence, temperature):
     logp_s_N_V = torch.log_softmax((hidden_s_N_D.to(weight_s_V_D.dtype) @ weight_s_V_D.T).float() / temperature, -1)
     logp_t_N_V = torch.log_softmax((hidden_t_N_D.to(weight_t_V_D.dtype) @ weight_t_V_D.T).float() / temperature, -1)
-    kl_N = topm_tail_reverse_kl(logp_s_N_V, logp_t_N_V, top_m)
     index_N_1 = targets_N[:, None]
-    return kl_N, logp_s_N_V.gather(-1, index_N_1).squeeze(-1), logp_t_N_V.gather(-1, index_N_1).squeeze(-1)
+    return (divergence(logp_s_N_V, logp_t_N_V), logp_s_N_V.gather(-1, index_N_1).squeeze(-1),
+            logp_t_N_V.gather(-1, index_N_1).squeeze(-1))
 
 
-def chunked_topm_tail_kl(hidden_s_N_D: torch.Tensor, weight_s_V_D: torch.Tensor, hidden_t_N_D: torch.Tensor,
-                         weight_t_V_D: torch.Tensor, targets_N: torch.Tensor, top_m: int, temperature: float = 1.0,
+def chunked_distillation(hidden_s_N_D: torch.Tensor, weight_s_V_D: torch.Tensor, hidden_t_N_D: torch.Tensor,
+                         weight_t_V_D: torch.Tensor, targets_N: torch.Tensor,
+                         divergence: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], temperature: float = 1.0,
                          chunk_size: int = 256) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-position top-M + tail reverse KL, student log pi_S(target) and teacher log pi_T(target), from
-    final hidden states, `chunk_size` positions at a time.
+    """Per-position `divergence(logp_s_N_V, logp_t_N_V)`, student log pi_S(target) and teacher
+    log pi_T(target), from final hidden states, `chunk_size` positions at a time.
 
     Each chunk's two [C, V] log-prob tensors are recomputed in the backward pass (activation
     checkpointing), so full-vocabulary fp32 log-probs never exist for the whole sequence at once.
@@ -100,8 +111,8 @@ def chunked_topm_tail_kl(hidden_s_N_D: torch.Tensor, weight_s_V_D: torch.Tensor,
     for start in range(0, hidden_s_N_D.shape[0], chunk_size):
         end = start + chunk_size
         args = (hidden_s_N_D[start:end], weight_s_V_D, hidden_t_N_D[start:end], weight_t_V_D, targets_N[start:end],
-                top_m, temperature)
-        out = checkpoint(_chunk_topm_tail, *args, use_reentrant=False) if needs_grad else _chunk_topm_tail(*args)
+                divergence, temperature)
+        out = checkpoint(_chunk_distill, *args, use_reentrant=False) if needs_grad else _chunk_distill(*args)
         for acc, piece in zip((kl, ls, lt), out):
             acc.append(piece)
     if not kl:
@@ -110,11 +121,35 @@ def chunked_topm_tail_kl(hidden_s_N_D: torch.Tensor, weight_s_V_D: torch.Tensor,
     return torch.cat(kl), torch.cat(ls), torch.cat(lt)
 
 
+def importance_weights(logp_N: torch.Tensor, old_logp_N: torch.Tensor, clip: float | None) -> torch.Tensor:
+    """pi_theta(a) / pi_old(a) per token, detached and capped at `clip` (None: uncapped)."""
+    ratio_N = torch.exp((logp_N - old_logp_N).detach().clamp(-20.0, 20.0))
+    return ratio_N if clip is None else ratio_N.clamp(max=clip)
+
+
+def sampled_token_reverse_kl(logp_s_N: torch.Tensor, logp_t_N: torch.Tensor, weights_N: torch.Tensor) -> torch.Tensor:
+    """Per-token surrogate of the reverse KL on the sampled tokens: w * sg[log pi_S - log pi_T] * log pi_S.
+
+    Its value is w * (log-ratio) * log pi_S; its gradient is the importance-weighted score-function estimate
+    of grad D_KL(pi_S || pi_T) from the student's own samples (teacher log-probs carry no gradient)."""
+    return weights_N * (logp_s_N - logp_t_N).detach() * logp_s_N
+
+
 def sequence_means(values_N: torch.Tensor, seq_N: torch.Tensor, n_seq: int) -> torch.Tensor:
     """Mean of the values belonging to each sequence ([n_seq]; 0 for a sequence without positions)."""
     sums_B = torch.zeros(n_seq, dtype=values_N.dtype).index_add(0, seq_N, values_N)
     counts_B = torch.zeros(n_seq, dtype=values_N.dtype).index_add(0, seq_N, torch.ones_like(values_N))
     return sums_B / counts_B.clamp(min=1)
+
+
+def distillation_loss(kl_N: torch.Tensor, seq_N: torch.Tensor, weights_B: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """Per-trajectory mean of a per-token divergence over its action tokens, weighted per trajectory (0 for
+    a trajectory whose teacher has no privileged context), averaged over the batch's trajectories."""
+    per_seq_B = sequence_means(kl_N, seq_N, weights_B.shape[0])
+    loss = (weights_B * per_seq_B).mean()
+    active = weights_B > 0
+    return loss, {"distill_loss": loss.item(),
+                  "kl_mean": per_seq_B[active].mean().item() if active.any() else 0.0}
 
 
 def privilege_margin(logp_t_N: torch.Tensor, logp_s_N: torch.Tensor, seq_N: torch.Tensor,

@@ -21,7 +21,9 @@ from lopd.losses import token_logprobs
 from lopd.rollout import Task
 from lopd.trajectory import TokenBatch, Trajectory
 
-TeacherKind = Literal["none", "frozen", "ema"]
+TeacherKind = Literal["none", "frozen", "ema", "live"]
+"""none: no teacher; frozen: the initial model; ema: an exponential moving average of the student; live: the
+student itself (its current weights, without gradient)."""
 
 
 @dataclass
@@ -66,7 +68,8 @@ class MethodContext:
     accelerator: Accelerator
     tokenizer: PreTrainedTokenizerBase
     base_dir: Path
-    out_dir: Path
+    student: torch.nn.Module
+    """The model being trained (unwrapped), for teachers that follow it."""
     tasks: Sequence[Task]
 
 
@@ -80,8 +83,9 @@ class Method(ABC):
     def rollouts_per_task(self) -> int: ...
 
     def steps(self, cfg: Config) -> int:
-        """Optimizer steps to run (the shared budget unless the method has its own)."""
-        return cfg.train.steps
+        """Optimizer steps to run: the method section's `steps`, else the shared `train.steps`."""
+        own = getattr(getattr(cfg, self.name, None), "steps", None)
+        return cfg.train.steps if own is None else own
 
     def setup(self, ctx: MethodContext) -> None:
         """Load what the method needs beyond the student (teacher, composer, bank); called once by the loop."""

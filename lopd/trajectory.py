@@ -57,6 +57,15 @@ class Trajectory:
         return sum(len(turn.action_ids) for turn in self.turns)
 
 
+def with_prompt(trajectory: Trajectory, prompt_ids: list[int]) -> Trajectory:
+    """The same trajectory seen from another prompt (a teacher's view): the first turn's context is
+    replaced, every action and later turn is unchanged, so action positions align one to one."""
+    first = trajectory.turns[0]
+    return Trajectory(trajectory.task_id, [Turn(list(prompt_ids), first.action_ids, first.action_logprobs),
+                                           *trajectory.turns[1:]],
+                      reward=trajectory.reward, group=trajectory.group, advantage=trajectory.advantage)
+
+
 @dataclass
 class TokenBatch:
     """Right-padded tensors for a list of trajectories, aligned to next-token targets.

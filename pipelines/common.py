@@ -10,16 +10,22 @@ from pathlib import Path
 from typing import Any
 
 from baselines.grpo import GRPO
+from baselines.opsd import OPSD
+from baselines.sdft import SDFT
+from baselines.sdpo import SDPO
+from baselines.skill_sd import SkillSD
 from evaluation.coding import taco
 from lopd.composer import FRAMINGS
 from lopd.config import REPO_ROOT, Config, ConfigError, load_config
 from lopd.lopd_method import LOPD
+from lopd.pool import POOL_FILE
 from lopd.rollout import ScoreFn, Task
 from lopd.methods import Method, Vanilla
 
 BASE_MODEL_DIR = REPO_ROOT / "models" / "base"
 BANK_DIR = REPO_ROOT / "bank"
 COMPOSER_DIR = REPO_ROOT / "checkpoints" / "composer"
+POOL_DIR = REPO_ROOT / "pool"
 CHECKPOINTS_DIR = REPO_ROOT / "checkpoints"
 METRICS_DIR = REPO_ROOT / "metrics"
 RESULTS_DIR = REPO_ROOT / "results"
@@ -41,18 +47,25 @@ def parse_args(description: str, **arguments: dict[str, Any]) -> tuple[argparse.
 
 def build_method(name: str, cfg: Config) -> Method:
     methods = {"vanilla": lambda: Vanilla(), "grpo": lambda: GRPO(cfg.grpo),
+               "skill_sd": lambda: SkillSD(cfg, BANK_DIR), "opsd": lambda: OPSD(cfg, POOL_DIR / POOL_FILE),
+               "sdpo": lambda: SDPO(cfg), "sdft": lambda: SDFT(cfg, POOL_DIR / POOL_FILE),
                "lopd": lambda: LOPD(cfg, BANK_DIR, COMPOSER_DIR, FRAMINGS["coding"], trace_of=taco.extract_code)}
     if name not in methods:
         sys.exit(f"error: unknown method {name!r} (known: {', '.join(methods)})")
     return methods[name]()
 
 
-def coding_training_tasks(cfg: Config) -> tuple[list[Task], ScoreFn]:
-    """The coding training split (a user's TACO file, else the built-in set) and its sandboxed reward."""
+def coding_tasks(cfg: Config) -> list[taco.CodingTask]:
+    """The coding training split: a user's TACO file, else the built-in set."""
     try:
-        coding = taco.load_taco_file(cfg.data.taco_path) if cfg.data.taco_path else taco.load_builtin_tasks()
+        return taco.load_taco_file(cfg.data.taco_path) if cfg.data.taco_path else taco.load_builtin_tasks()
     except (OSError, ValueError) as err:
         sys.exit(f"error: training tasks: {err}")
+
+
+def coding_training_tasks(cfg: Config) -> tuple[list[Task], ScoreFn]:
+    """The coding training split as chat tasks and its sandboxed reward."""
+    coding = coding_tasks(cfg)
     by_id = {t.task_id: t for t in coding}
 
     def score(tasks: list[Task], completions: list[str]) -> list[float]:

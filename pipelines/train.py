@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from lopd.loop import train
+from lopd.loop import MethodInputError, train
 from lopd.tracking import Tracker
 from pipelines.common import (BASE_MODEL_DIR, CHECKPOINTS_DIR, METRICS_DIR, build_method, coding_training_tasks,
                               parse_args, write_json)
@@ -19,7 +19,7 @@ def main() -> None:
         start = time.perf_counter()
         try:
             result = train(cfg, method, tasks, score, BASE_MODEL_DIR, CHECKPOINTS_DIR / method.name, tracker)
-        except FileNotFoundError as err:  # a missing upstream output (bank, composer): say which stage to run
+        except (FileNotFoundError, MethodInputError) as err:  # a missing upstream output: say which stage to run
             sys.exit(f"error: {err}")
         result["summary"].update({"profile": cfg.profile, "seed": cfg.seed, "n_train_tasks": len(tasks),
                                   "wall_s": round(time.perf_counter() - start, 1)})

@@ -19,6 +19,7 @@ import resource
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -29,7 +30,7 @@ from lopd.composer import FRAMINGS
 from lopd.config import REPO_ROOT, load_config
 from lopd.lopd_method import LOPD
 from lopd.loop import update
-from lopd.losses import chunked_topm_tail_kl, topm_tail_reverse_kl
+from lopd.losses import chunked_distillation, topk_tail_reverse_kl
 from lopd.methods import MethodContext
 from lopd.models import load_model, load_tokenizer
 from lopd.rollout import make_backend, rollout, sampling_params
@@ -51,9 +52,10 @@ def memory_probe(variant: str, positions: int, chunk: int, top_m: int) -> dict:
     targets = torch.randint(0, weight_V_D.shape[0], (positions,), generator=g)
     before = rss_mb()
     if variant == "chunked":
-        kl, _, _ = chunked_topm_tail_kl(hidden_s, weight_V_D, hidden_t, weight_V_D, targets, top_m, 0.7, chunk)
+        kl, _, _ = chunked_distillation(hidden_s, weight_V_D, hidden_t, weight_V_D, targets,
+                                        partial(topk_tail_reverse_kl, top_k=top_m), 0.7, chunk)
     else:
-        kl = topm_tail_reverse_kl((hidden_s @ weight_V_D.T / 0.7).log_softmax(-1),
+        kl = topk_tail_reverse_kl((hidden_s @ weight_V_D.T / 0.7).log_softmax(-1),
                                   (hidden_t @ weight_V_D.T / 0.7).log_softmax(-1), top_m)
     kl.mean().backward()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -75,7 +77,7 @@ def step_times(cfg) -> dict:
         accelerator = Accelerator(cpu=True, mixed_precision=cfg.train.mixed_precision)
         model = load_model(BASE_MODEL_DIR, cfg.model.dtype)
         model.train()
-        method.setup(MethodContext(cfg, accelerator, tokenizer, BASE_MODEL_DIR, REPO_ROOT / "tmp", tasks))
+        method.setup(MethodContext(cfg, accelerator, tokenizer, BASE_MODEL_DIR, model, tasks))
         optimizer = torch.optim.AdamW([{"params": list(model.parameters())}, *method.param_groups()],
                                       lr=cfg.train.lr)
         model, optimizer = accelerator.prepare(model, optimizer)

@@ -10,7 +10,7 @@ from lopd.cold_start import ANCHORS_FILE, COMPOSER_FILE, cold_start
 from lopd.composer import FRAMINGS
 from lopd.config import resolve
 from lopd.lopd_method import LOPD
-from lopd.loop import train
+from lopd.loop import MethodInputError, train
 from lopd.methods import MethodContext
 from lopd.models import load_tokenizer
 from lopd.retrieval import BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE, save_vectors
@@ -119,7 +119,7 @@ def test_frozen_composer_keeps_phi0_and_has_no_anchor(tiny_model_dir, bank_dir, 
 
 
 def test_missing_composer_is_a_clear_error(tiny_model_dir, bank_dir, tmp_path):
-    with pytest.raises(FileNotFoundError, match="run the cold_start stage"):
+    with pytest.raises(MethodInputError, match="run the cold_start stage"):
         train(_cfg(), _method(_cfg(), bank_dir, tmp_path), TASKS, _score, tiny_model_dir, tmp_path / "x")
 
 
@@ -140,7 +140,7 @@ def test_bank_growth_adds_training_successes_and_survives_resume(tiny_model_dir,
     successes = [round(h["reward_mean"] * cfg.train.rollouts_per_step) for h in result["history"]]
     assert [h["bank_size"] for h in result["history"]] == [3 + successes[0], 3 + sum(successes)]
     resumed = _method(cfg, bank_dir, tmp_path / "composer")
-    resumed.setup(MethodContext(cfg, None, load_tokenizer(tiny_model_dir), tiny_model_dir, tmp_path, TASKS))
+    resumed.setup(MethodContext(cfg, None, load_tokenizer(tiny_model_dir), tiny_model_dir, None, TASKS))
     resumed.load_state_dict(torch.load(tmp_path / "r" / "trainer_state.pt", weights_only=False)["method"])
     assert len(resumed.bank) == 3 + sum(successes) and resumed.retriever.index.ntotal == len(resumed.bank)
 

@@ -1,12 +1,13 @@
 """LOPD's loss pieces against brute-force references written independently here."""
 
 import math
+from functools import partial
 
 import pytest
 import torch
 
-from lopd.losses import (anchor_penalty, chunked_topm_tail_kl, dual_update, lopd_loss, privilege_margin,
-                         sequence_means, topm_tail_reverse_kl)
+from lopd.losses import (anchor_penalty, chunked_distillation, dual_update, lopd_loss, privilege_margin,
+                         sequence_means, topk_tail_reverse_kl)
 
 
 def brute_topm_tail_kl(p_s: list[float], p_t: list[float], m: int) -> float:
@@ -27,7 +28,7 @@ def test_topm_tail_kl_matches_brute_force(m):
     g = torch.Generator().manual_seed(m)
     logits_s, logits_t = torch.randn(5, 10, generator=g) * 2, torch.randn(5, 10, generator=g) * 2
     logp_s, logp_t = logits_s.double().log_softmax(-1), logits_t.double().log_softmax(-1)
-    got = topm_tail_reverse_kl(logp_s, logp_t, m)
+    got = topk_tail_reverse_kl(logp_s, logp_t, m)
     for n in range(5):
         want = brute_topm_tail_kl(logp_s[n].exp().tolist(), logp_t[n].exp().tolist(), m)
         assert got[n].item() == pytest.approx(want, abs=1e-9)
@@ -36,10 +37,10 @@ def test_topm_tail_kl_matches_brute_force(m):
 
 def test_topm_tail_kl_is_zero_for_equal_distributions_and_full_support_is_full_kl():
     logp = torch.randn(4, 12).double().log_softmax(-1)
-    assert torch.allclose(topm_tail_reverse_kl(logp, logp, 5), torch.zeros(4, dtype=torch.double), atol=1e-12)
+    assert torch.allclose(topk_tail_reverse_kl(logp, logp, 5), torch.zeros(4, dtype=torch.double), atol=1e-12)
     other = torch.randn(4, 12).double().log_softmax(-1)
     full = (logp.exp() * (logp - other)).sum(-1)
-    assert torch.allclose(topm_tail_reverse_kl(logp, other, 12), full, atol=1e-12)
+    assert torch.allclose(topk_tail_reverse_kl(logp, other, 12), full, atol=1e-12)
 
 
 def _hidden_case(n=37, d=16, v=50, seed=0):
@@ -53,13 +54,14 @@ def _hidden_case(n=37, d=16, v=50, seed=0):
 def test_chunked_topm_tail_equals_plain_in_value_and_gradient(chunk):
     hs, ws, ht, wt, targets = _hidden_case()
     temperature = 0.7
-    kl, ls, lt = chunked_topm_tail_kl(hs, ws, ht, wt, targets, top_m=6, temperature=temperature, chunk_size=chunk)
+    kl, ls, lt = chunked_distillation(hs, ws, ht, wt, targets, partial(topk_tail_reverse_kl, top_k=6),
+                                      temperature=temperature, chunk_size=chunk)
     (kl.sum() + ls.sum() + 2 * lt.sum()).backward()
     grads = hs.grad.clone(), ht.grad.clone()
     hs.grad = ht.grad = None
     logp_s = (hs @ ws.T / temperature).log_softmax(-1)
     logp_t = (ht @ wt.T / temperature).log_softmax(-1)
-    kl_ref = topm_tail_reverse_kl(logp_s, logp_t, 6)
+    kl_ref = topk_tail_reverse_kl(logp_s, logp_t, 6)
     ls_ref, lt_ref = logp_s[torch.arange(37), targets], logp_t[torch.arange(37), targets]
     (kl_ref.sum() + ls_ref.sum() + 2 * lt_ref.sum()).backward()
     for got, want in ((kl, kl_ref), (ls, ls_ref), (lt, lt_ref), (grads[0], hs.grad), (grads[1], ht.grad)):
