@@ -36,6 +36,11 @@ def main() -> None:
                 passing.setdefault(task.task_id, []).append(code)
         pool = assemble_pool([(t.task_id, task_text(t.messages)) for t in tasks], successes, passing,
                              cfg.pool.fill_with_references)
+        users = [m for m in ("sdft", "opsd") if m in cfg.baselines]
+        if not pool and users:
+            sys.exit(f"error: build_pool: no demonstration for any training task, but {' and '.join(users)} need "
+                     "them (no base-model success in the bank, and pool.fill_with_references is off or no "
+                     "reference passed)")
         eval_prompts, missing = evaluation_prompts(cfg)
         check_no_eval_overlap(pool, {t.task_id for t in tasks}, eval_prompts)
         write_pool(POOL_DIR / POOL_FILE, pool, {"model": cfg.model.name, "profile": cfg.profile, "seed": cfg.seed})

@@ -13,7 +13,7 @@ import pytest
 from lopd.config import REPO_ROOT
 
 SHARED = Path(os.environ.get("LOPD_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
-IGNORE = shutil.ignore_patterns(".venv", ".git", "models", "checkpoints", "bank", "results", "metrics", "cache", "tmp",
+IGNORE = shutil.ignore_patterns(".venv", ".git", "models", "checkpoints", "bank", "pool", "results", "metrics", "cache", "tmp",
                                 "__pycache__", ".pytest_cache", ".hypothesis")
 
 
@@ -37,7 +37,8 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     _run(["dvc", "exp", "run", "-S", "profile=smoke", "-S", f"data.shared_dir={SHARED}"], repo, env)
 
     table = (repo / "reports" / "tables" / "code_results.md").read_text()
-    assert "| Vanilla |" in table and "| GRPO |" in table and "| LOPD |" in table
+    rows = [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ") and "---" not in line]
+    assert rows[1:] == ["Vanilla", "GRPO", "Skill-SD", "OPSD", "SDPO", "SDFT", "LOPD"], rows
     assert "LCB v5: n/a" in table
     for name in ("code_results.csv", "code_results.tex"):
         assert (repo / "reports" / "tables" / name).stat().st_size > 0
@@ -55,6 +56,17 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
                repo, env)
     ran = set(re.findall(r"Running stage '([^']+)'", out))
     assert ran == {"train_lopd", "eval@lopd-humaneval_plus", "eval@lopd-mbpp_plus", "report"}, ran
+
+    # so does a baseline's own ablation: only that baseline, its evaluations and the report
+    out = _run(["dvc", "exp", "run", "-S", "profile=smoke", "-S", f"data.shared_dir={SHARED}", "-S", "sdpo.ema_rate=0.1"],
+               repo, env)
+    ran = set(re.findall(r"Running stage '([^']+)'", out))
+    assert ran == {"train@sdpo", "eval@sdpo-humaneval_plus", "eval@sdpo-mbpp_plus", "report"}, ran
+    pool = json.loads((repo / "metrics" / "pool.json").read_text())
+    assert pool["coverage"] == 1.0 and pool["eval_overlap_check"] == "passed"
+    for name in ("sdft", "opsd", "sdpo", "skill_sd"):
+        history = json.loads((repo / "metrics" / "train" / f"{name}.json").read_text())["history"]
+        assert len(history) == 2 and all("privileged_fraction" in h for h in history), name
 
     # the same seed gives the same smoke metrics
     first = [(h["reward_mean"], round(h["loss"], 6)) for h in train["history"]]
