@@ -1,6 +1,7 @@
 """The baselines' divergences against brute-force references written here, their chunked forms against
 the plain ones, and TRL 1.16's self-distillation loss_utils as a peer on the same tensors."""
 
+import itertools
 import math
 from functools import partial
 
@@ -78,9 +79,15 @@ def test_distillation_loss_is_a_weighted_mean_of_per_trajectory_means():
 @pytest.mark.parametrize("chunk", [1, 7, 37, 100])
 def test_chunked_divergences_equal_plain_in_value_and_gradient(divergence, chunk):
     fn = forward_kl if divergence == "forward" else partial(topk_tail_reverse_kl, top_k=5, support="student")
-    g = torch.Generator().manual_seed(chunk)
-    hs = torch.randn(37, 16, generator=g, requires_grad=True)
-    ws = torch.randn(50, 16, generator=g, requires_grad=True)
+    for seed in itertools.count():
+        g = torch.Generator().manual_seed(seed)
+        hs = torch.randn(37, 16, generator=g, requires_grad=True)
+        ws = torch.randn(50, 16, generator=g, requires_grad=True)
+        # The top-5 support is discontinuous: a near-tie at its edge could flip under the roundoff of a different
+        # matmul blocking (chunk size, thread count). Take the first seed whose 5th and 6th logits are well apart.
+        top_6 = (hs @ ws.T / 0.7).detach().topk(6, dim=-1).values
+        if (top_6[:, 4] - top_6[:, 5]).min() > 1e-3:
+            break
     ht, wt = torch.randn(37, 16, generator=g), torch.randn(50, 16, generator=g)
     targets = torch.randint(0, 50, (37,), generator=g)
     kl, ls, lt = chunked_distillation(hs, ws, ht, wt, targets, fn, temperature=0.7, chunk_size=chunk)
