@@ -44,7 +44,7 @@ class SDPO(SelfDistillation):
             if j is None:
                 out.append(None)
                 continue
-            solution = self.tokenizer.decode(trajectories[j].turns[-1].action_ids, skip_special_tokens=True)
+            solution = trajectories[j].metadata["response"]
             out.append(append_to_user(self.messages[traj.task_id], TEMPLATE.format(solution=solution)))
         return out
 

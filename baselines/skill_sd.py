@@ -131,7 +131,7 @@ class SkillSD(SelfDistillation):
         for passed in (True, False):
             traj = next((t for t in members if (t.reward >= threshold) == passed), None)
             if traj is not None:
-                attempts.append((self.tokenizer.decode(traj.turns[-1].action_ids, skip_special_tokens=True), passed))
+                attempts.append((traj.metadata["response"], passed))
         task_id = members[0].task_id
         return task_id, task_text(self.messages[task_id]), attempts
 

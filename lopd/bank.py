@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Mapping
 
 from lopd.config import Config
 from lopd.models import load_tokenizer
-from lopd.rollout import ScoreFn, Task, make_backend, rollout, sampling_params, step_seed
+from lopd.rollout import Rollouts, Task, make_backend, sampling_params, step_seed
 
 BANK_VERSION = 1
 
@@ -117,7 +117,7 @@ def read_bank(path: str | Path) -> tuple[list[BankEntry], dict]:
     return read_records(path, BankEntry, "bank_version", BANK_VERSION, "experience bank", "build_bank")
 
 
-def sample_rollouts(cfg: Config, tasks: list[Task], score: ScoreFn, base_dir: str | Path,
+def sample_rollouts(cfg: Config, tasks: list[Task], collect: Rollouts, base_dir: str | Path,
                     tasks_per_batch: int = 32) -> list[tuple[str, str, str, float]]:
     """`bank.samples_per_task` base-model rollouts per training task, scored:
     (task_id, task text, response, reward) in task order. Seeded per batch of tasks."""
@@ -127,13 +127,11 @@ def sample_rollouts(cfg: Config, tasks: list[Task], score: ScoreFn, base_dir: st
     out = []
     for b, start in enumerate(range(0, len(tasks), tasks_per_batch)):
         chunk = tasks[start:start + tasks_per_batch]
-        trajectories = rollout(backend, tokenizer, chunk, params, step_seed(cfg.seed, b, rank=BANK_SEED_RANK),
+        trajectories = collect(backend, tokenizer, chunk, params, step_seed(cfg.seed, b, rank=BANK_SEED_RANK),
                                cfg.bank.samples_per_task)
-        texts = [tokenizer.decode(t.turns[-1].action_ids, skip_special_tokens=True) for t in trajectories]
         by_id = {t.task_id: t for t in chunk}
-        rewards = score([by_id[t.task_id] for t in trajectories], texts)
-        out += [(t.task_id, task_text(by_id[t.task_id].messages), text, r)
-                for t, text, r in zip(trajectories, texts, rewards)]
+        out += [(t.task_id, task_text(by_id[t.task_id].messages), t.metadata["response"], t.reward)
+                for t in trajectories]
         print(f"[build_bank] {start + len(chunk)}/{len(tasks)} tasks, "
               f"{sum(r >= cfg.bank.success_threshold for *_, r in out)} successes", flush=True)
     return out

@@ -38,7 +38,7 @@ def build_composer(cfg: Config, base_dir: str | Path) -> tuple[Composer, object]
 
 
 def latent_nll(composer: Composer, tokenizer, entries: list[BankEntry], retrieved: list[list[int]],
-               bank: list[BankEntry], messages: list[list[dict]], framing: tuple[str, str],
+               bank: list[BankEntry], tasks: list[Task], framing: tuple[str, str],
                accelerator: Accelerator) -> torch.Tensor:
     """Mean over entries of the per-token NLL of each entry's response under the frozen backbone with the
     latent context composed from its retrieved entries."""
@@ -48,8 +48,9 @@ def latent_nll(composer: Composer, tokenizer, entries: list[BankEntry], retrieve
         responses = [tokenizer(e.response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
                      for e in entries]
         trajectories = [Trajectory(e.task_id, [Turn([], r, [0.0] * len(r))]) for e, r in zip(entries, responses)]
-        batch, starts = teacher_batch(tokenizer, trajectories, messages, framing,
-                                      [lat.shape[0] for lat in latents], tokenizer.pad_token_id)
+        batch, starts = teacher_batch(tokenizer, trajectories, [t.messages for t in tasks], framing,
+                                      [lat.shape[0] for lat in latents], tokenizer.pad_token_id,
+                                      [t.tools for t in tasks])
         hidden_B_L_D = composer.teacher_hidden(batch, latents, starts)
     where_B_T = batch.action_mask_B_T > 0
     logp_N = token_logprobs(hidden_B_L_D[:, :-1][where_B_T], composer.backbone.get_output_embeddings().weight,
@@ -64,8 +65,8 @@ def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: S
     out_dir.mkdir(parents=True, exist_ok=True)
     composer, tokenizer = build_composer(cfg, base_dir)
     bank, retriever = load_bank(bank_dir, cfg.bank.self_retrieval)
-    messages = {t.task_id: t.messages for t in tasks}
-    missing = sorted({e.task_id for e in bank} - set(messages))
+    by_id = {t.task_id: t for t in tasks}
+    missing = sorted({e.task_id for e in bank} - set(by_id))
     if missing:
         raise ValueError(f"bank entries for tasks outside the training split: {missing[:3]}")
     examples = [(e, retriever.retrieve(e.task_id, cfg.n_ret)) for e in bank]
@@ -76,7 +77,7 @@ def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: S
 
     def nll(batch: list[tuple[BankEntry, list[int]]]) -> torch.Tensor:
         return latent_nll(composer, tokenizer, [e for e, _ in batch], [r for _, r in batch], bank,
-                          [messages[e.task_id] for e, _ in batch], framing, accelerator)
+                          [by_id[e.task_id] for e, _ in batch], framing, accelerator)
 
     def mean_nll() -> float | None:
         if not examples:

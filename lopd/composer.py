@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any, Sequence
 
 import torch
 from peft import LoraConfig, get_peft_model
@@ -23,6 +24,7 @@ from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lopd.config import ComposerConfig
+from lopd.rollout import chat_text
 from lopd.trajectory import TokenBatch, Trajectory, collate, with_prompt
 
 LATENT_PLACEHOLDER = "<|LATENT_PH|>"
@@ -48,7 +50,7 @@ def encoder_text(task: str, trace: str) -> str:
 
 
 def teacher_prompt_ids(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]], framing: tuple[str, str],
-                       n_latent: int) -> tuple[list[int], int]:
+                       n_latent: int, tools: Sequence[dict[str, Any]] = ()) -> tuple[list[int], int]:
     """The teacher's prompt: the framing and a placeholder go into the first user message, the chat template
     renders it, the text is split at the placeholder and each half tokenised on its own, and `n_latent` pad
     ids fill the gap. Returns (ids, index of the first latent slot)."""
@@ -56,7 +58,7 @@ def teacher_prompt_ids(tokenizer: PreTrainedTokenizerBase, messages: list[dict[s
     first_user = next(i for i, m in enumerate(messages) if m["role"] == "user")
     framed = [dict(m) for m in messages]
     framed[first_user]["content"] = f"{before}\n{LATENT_PLACEHOLDER}\n{after}\n\n{messages[first_user]['content']}"
-    rendered = tokenizer.apply_chat_template(framed, add_generation_prompt=True, tokenize=False)
+    rendered = chat_text(tokenizer, framed, tools)
     head, tail = rendered.split(LATENT_PLACEHOLDER)
     head_ids = tokenizer(head, add_special_tokens=False)["input_ids"]
     tail_ids = tokenizer(tail, add_special_tokens=False)["input_ids"]
@@ -183,13 +185,13 @@ def compose(composer: Composer, tasks: list[str], traces: list[list[str]]) -> li
 
 def teacher_batch(tokenizer: PreTrainedTokenizerBase, trajectories: list[Trajectory],
                   messages: list[list[dict[str, str]]], framing: tuple[str, str], n_latent: list[int],
-                  pad_id: int) -> tuple[TokenBatch, list[int]]:
+                  pad_id: int, tools: Sequence[Sequence[dict[str, Any]]] | None = None) -> tuple[TokenBatch, list[int]]:
     """The teacher's view of each trajectory: its first-turn context replaced by the framed prompt with a
     latent span, every action and later turn unchanged (so action positions align one to one with the
     student's). Returns the batch and each row's latent start."""
     rows, starts = [], []
-    for traj, msgs, n in zip(trajectories, messages, n_latent):
-        ids, start = teacher_prompt_ids(tokenizer, msgs, framing, n)
+    for traj, msgs, n, offered in zip(trajectories, messages, n_latent, tools or [()] * len(trajectories)):
+        ids, start = teacher_prompt_ids(tokenizer, msgs, framing, n, offered)
         rows.append(with_prompt(traj, ids))
         starts.append(start)
     return collate(rows, pad_id), starts

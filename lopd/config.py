@@ -22,6 +22,8 @@ PROFILES_NAMES = ("smoke", "cpu", "paper")
 KNOWN_BASELINES = ("vanilla", "grpo", "skill_sd", "opsd", "sdpo", "sdft")  # the paper's table order
 KNOWN_METHODS = (*KNOWN_BASELINES, "lopd")
 KNOWN_BENCHMARKS = ("humaneval_plus", "mbpp_plus")
+AGENTIC_BENCHMARKS = ("envscaler", "bfcl_base", "bfcl_miss_func", "bfcl_miss_param", "bfcl_long_context",
+                      "acebench_multi_step", "acebench_multi_turn")  # Table 1's columns
 
 
 class ConfigError(ValueError):
@@ -356,6 +358,62 @@ class EvalConfig:
 
 
 @dataclass
+class AgenticConfig:
+    """Multi-turn tool use (Table 1): training on the EnvScaler-format train split, evaluation on its test
+    split, BFCL-v3 multi-turn and ACEBench agent."""
+
+    benchmarks: list[str] = field(default_factory=lambda: list(AGENTIC_BENCHMARKS))
+    """Agentic benchmarks every method is evaluated on (stage eval_agentic@<method>)."""
+    envscaler_envs: str | None = None
+    """Official EnvScaler environment file (JSON/JSONL); null (with envscaler_tasks) = built-in envscaler-mini."""
+    envscaler_tasks: str | None = None
+    """Official EnvScaler task file matching envscaler_envs."""
+    test_fraction: float = 0.2
+    """Share of EnvScaler-format tasks held out for evaluation (fixed, task-disjoint, by task-id hash)."""
+    steps: int | None = None
+    """Optimizer steps of every method's agentic run; null = the method's own `steps` (else train.steps)."""
+    rollouts_per_step: int | None = None
+    """Episodes per agentic training step; null = train.rollouts_per_step."""
+    max_steps: int = 30
+    """Policy steps per episode on EnvScaler and BFCL (paper: 30)."""
+    acebench_max_steps: int = 20
+    """Policy steps per episode on ACEBench (paper: 20)."""
+    max_step_tokens: int = 8192
+    """Tokens sampled per policy step."""
+    max_context_tokens: int = 40960
+    """Episode budget: an episode ends when its context would exceed this (paper: 40,960)."""
+    task_limit: int | None = None
+    """Evaluate only the first N tasks of each agentic benchmark (null: all, the paper protocol)."""
+    bank_success_threshold: float = 0.8
+    """An agentic rollout enters LOPD's bank (and the oracle pool) when its reward is at least this."""
+    user_base_url: str | None = None
+    """ACEBench multi-turn user simulator: an OpenAI-compatible endpoint (e.g. http://localhost:8000/v1); null =
+    a local model in-process (user_model, default the base model)."""
+    user_model: str | None = None
+    """The simulator's model: the endpoint's model name, or for the in-process simulator a model name/path
+    (null = the base model)."""
+    user_api_key_env: str = "OPENAI_API_KEY"
+    """Environment variable holding the endpoint's API key."""
+    user_max_tokens: int = 256
+    """Tokens per simulated user message."""
+
+    def __post_init__(self) -> None:
+        for b in self.benchmarks:
+            _check(b in AGENTIC_BENCHMARKS,
+                   f"agentic.benchmarks: unknown benchmark {b!r} (known: {', '.join(AGENTIC_BENCHMARKS)})")
+        _check((self.envscaler_envs is None) == (self.envscaler_tasks is None),
+               "agentic.envscaler_envs and agentic.envscaler_tasks: set both (official data) or neither (built-in)")
+        _check(0 < self.test_fraction < 1, "agentic.test_fraction: must be in (0, 1)")
+        _check(self.steps is None or self.steps >= 0, "agentic.steps: must be >= 0 or null")
+        _check(self.rollouts_per_step is None or self.rollouts_per_step >= 1,
+               "agentic.rollouts_per_step: must be >= 1 or null")
+        for name in ("max_steps", "acebench_max_steps", "max_step_tokens", "max_context_tokens", "user_max_tokens"):
+            _check(getattr(self, name) >= 1, f"agentic.{name}: must be >= 1")
+        _check(self.task_limit is None or self.task_limit >= 1, "agentic.task_limit: must be >= 1 or null")
+        _check(0 <= self.bank_success_threshold <= 1, "agentic.bank_success_threshold: must be in [0, 1]")
+
+
+@dataclass
 class DataConfig:
     shared_dir: str = "../shared/data"
     """Directory with the released benchmark data (evalplus/, bfcl_v3/, acebench/); relative to the repo."""
@@ -408,6 +466,7 @@ class Config:
     cold_start: ColdStartConfig = field(default_factory=ColdStartConfig)
     lopd: LOPDConfig = field(default_factory=LOPDConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    agentic: AgenticConfig = field(default_factory=AgenticConfig)
     data: DataConfig = field(default_factory=DataConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
@@ -427,6 +486,8 @@ class Config:
             group = getattr(self, name).group_size
             _check(self.train.rollouts_per_step % group == 0,
                    f"train.rollouts_per_step: must be a multiple of {name}.group_size ({group})")
+            _check((self.agentic.rollouts_per_step or group) % group == 0,
+                   f"agentic.rollouts_per_step: must be a multiple of {name}.group_size ({group})")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -455,6 +516,13 @@ PROFILES: dict[str, dict[str, Any]] = {
         "eval.task_limit": 4,
         "eval.max_new_tokens": 24,
         "eval.batch_size": 8,
+        "agentic.max_steps": 3,
+        "agentic.acebench_max_steps": 3,
+        "agentic.max_step_tokens": 16,
+        "agentic.max_context_tokens": 2048,
+        "agentic.task_limit": 2,
+        "agentic.bank_success_threshold": 0.0,  # the random model solves nothing: every rollout enters its bank
+        "agentic.user_max_tokens": 8,
     },
     "cpu": {
         "sampling.max_new_tokens": 256,
@@ -474,6 +542,15 @@ PROFILES: dict[str, dict[str, Any]] = {
         "eval.n_samples": 1,
         "eval.task_limit": 164,
         "eval.max_new_tokens": 384,
+        # Agentic (Table 1) on two cores: short episodes, a few training steps, the first tasks of each benchmark.
+        "agentic.steps": 3,
+        "agentic.rollouts_per_step": 8,
+        "agentic.max_steps": 6,
+        "agentic.acebench_max_steps": 6,
+        "agentic.max_step_tokens": 128,
+        "agentic.max_context_tokens": 6144,
+        "agentic.task_limit": 8,
+        "agentic.user_max_tokens": 64,
     },
     "paper": {
         "model.name": "Qwen/Qwen3-4B",

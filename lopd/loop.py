@@ -1,6 +1,6 @@
 """The one on-policy loop every method shares.
 
-tasks -> batched sampling (rollout backend) -> rewards -> method loss -> AdamW step -> weight sync.
+tasks -> batched sampling and scoring (a domain's `Rollouts`: single-turn or multi-turn episodes) -> method loss -> AdamW step -> weight sync.
 Training runs under `accelerate`, so `accelerate launch` with an FSDP/DeepSpeed/multi-process config
 needs no code change: each process rolls out its own share of the step's tasks.
 
@@ -24,7 +24,7 @@ from accelerate import Accelerator
 from lopd.config import KNOWN_METHODS, Config
 from lopd.methods import Method, MethodContext, PolicyOutputs
 from lopd.models import load_model, load_tokenizer
-from lopd.rollout import ScoreFn, Task, make_backend, rollout, sampling_params, step_seed
+from lopd.rollout import Rollouts, Task, make_backend, sampling_params, step_seed
 from lopd.tracking import Tracker
 from lopd.trajectory import Trajectory, collate
 
@@ -139,7 +139,12 @@ def policy_dir(checkpoint_dir: str | Path, base_dir: str | Path) -> Path:
     return Path(base_dir) if manifest["weights"] == "base" else checkpoint_dir / manifest["weights"]
 
 
-def train(cfg: Config, method: Method, tasks: Sequence[Task], score: ScoreFn, base_dir: str | Path,
+BEHAVIOUR_KEYS = ("steps", "tool_calls_per_step", "first_step_tokens", "reward_per_tool_call", "repeated_calls",
+                  "invalid_calls")
+"""Per-episode metrics of multi-turn rollouts (the paper's behaviour table), logged as step means."""
+
+
+def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts, base_dir: str | Path,
           out_dir: str | Path, tracker: Tracker | None = None) -> dict:
     """Run (or resume) the on-policy loop; returns {"summary": ..., "history": [...]} for the metrics file."""
     out_dir = Path(out_dir)
@@ -178,19 +183,16 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], score: ScoreFn, ba
     rank, world = accelerator.process_index, accelerator.num_processes
     for step in range(start_step, steps):
         t0 = time.perf_counter()
+        sampler_s = backend.stats["prefill_s"] + backend.stats["decode_s"]
         step_tasks = tasks_for_step(tasks, tasks_per_step, cfg.seed, step)[rank::world]
-        trajectories = rollout(backend, tokenizer, step_tasks, params, step_seed(cfg.seed, step, rank),
+        trajectories = collect(backend, tokenizer, step_tasks, params, step_seed(cfg.seed, step, rank),
                                method.rollouts_per_task)
         t1 = time.perf_counter()
-        by_id = {t.task_id: t for t in step_tasks}
-        texts = [tokenizer.decode(tr.turns[-1].action_ids, skip_special_tokens=True) for tr in trajectories]
-        for traj, reward in zip(trajectories, score([by_id[tr.task_id] for tr in trajectories], texts)):
-            traj.reward = reward
-        t2 = time.perf_counter()
+        sampling_s = backend.stats["prefill_s"] + backend.stats["decode_s"] - sampler_s  # the rest: reward/env time
         metrics = update(model, optimizer, accelerator, method, trajectories, tokenizer.pad_token_id, cfg)
         metrics.update(method.after_step(metrics, trajectories))
         backend.model.load_state_dict(_unwrap(model).state_dict())
-        t3 = time.perf_counter()
+        t2 = time.perf_counter()
         rewards = [t.reward for t in trajectories]
         lengths = [t.num_action_tokens for t in trajectories]
         metrics.update({
@@ -199,14 +201,17 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], score: ScoreFn, ba
             "response_tokens_mean": sum(lengths) / len(lengths),
             "stop_rate": sum(t.metadata["stopped"] for t in trajectories) / len(trajectories),
             "cumulative_rollouts": (step + 1) * cfg.train.rollouts_per_step,
-            "time_sampling_s": t1 - t0, "time_reward_s": t2 - t1, "time_update_s": t3 - t2,
-            "rollout_tokens_per_s": sum(lengths) / max(t1 - t0, 1e-9),
+            "time_sampling_s": sampling_s, "time_reward_s": t1 - t0 - sampling_s, "time_update_s": t2 - t1,
+            "rollout_tokens_per_s": sum(lengths) / max(sampling_s, 1e-9),
         })
+        for key in BEHAVIOUR_KEYS:
+            if key in trajectories[0].metadata:
+                metrics[key] = sum(t.metadata[key] for t in trajectories) / len(trajectories)
         history.append({"step": step + 1, **metrics})
         if tracker:
             tracker.log_metrics(metrics, step=step + 1)
         print(f"[{method.name}] step {step + 1}/{steps} reward {metrics['reward_mean']:.3f} "
-              f"loss {metrics['loss']:.4f} ({t3 - t0:.1f}s)", flush=True)
+              f"loss {metrics['loss']:.4f} ({t2 - t0:.1f}s)", flush=True)
         if accelerator.is_main_process and ((step + 1) % cfg.train.save_every == 0 or step + 1 == steps):
             save_checkpoint(out_dir, model, tokenizer, optimizer, step + 1, history, cfg, method)
     if accelerator.is_main_process and steps == start_step == 0:

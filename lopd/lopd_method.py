@@ -56,6 +56,7 @@ class LOPD(Method):
         self.anchors: dict[str, dict] = torch.load(self.composer_dir / ANCHORS_FILE)
         self.bank, self.retriever = load_bank(self.bank_dir, cfg.bank.self_retrieval)
         self.messages = {t.task_id: t.messages for t in ctx.tasks}
+        self.tools = {t.task_id: t.tools for t in ctx.tasks}
         self.embedder = TextEmbedder(cfg.bank.embedder) if cfg.bank.grow_during_training else None
 
     def param_groups(self) -> list[dict[str, Any]]:
@@ -92,7 +93,8 @@ class LOPD(Method):
             latents, anchored = self._latents(trajectories)
             teacher, starts = teacher_batch(self.tokenizer, trajectories,
                                             [self.messages[t.task_id] for t in trajectories], self.framing,
-                                            [lat.shape[0] for lat in latents], self.tokenizer.pad_token_id)
+                                            [lat.shape[0] for lat in latents], self.tokenizer.pad_token_id,
+                                            [self.tools[t.task_id] for t in trajectories])
             hidden_B_L_D = self.composer.teacher_hidden(teacher, latents, starts)
         where_B_T = teacher.action_mask_B_T > 0
         hidden_t_N_D = hidden_B_L_D[:, :-1][where_B_T]
@@ -118,7 +120,7 @@ class LOPD(Method):
     def _grow(self, successes: list[Trajectory]) -> None:
         new = []
         for traj in successes:
-            response = self.tokenizer.decode(traj.turns[-1].action_ids, skip_special_tokens=True)
+            response = traj.metadata["response"]
             new.append(BankEntry(traj.task_id, task_text(self.messages[traj.task_id]), self.trace_of(response),
                                  response, traj.reward))
         if new:

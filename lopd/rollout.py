@@ -6,15 +6,16 @@ Shared by the training loop, the experience bank and evaluation; randomness is a
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Protocol, Sequence
 
 from transformers import PreTrainedTokenizerBase
 
 from lopd.config import Config
 from lopd.models import load_model
-from lopd.sampling import ROLLOUT_ATTENTION, HFBackend, SamplingParams
+from lopd.sampling import ROLLOUT_ATTENTION, HFBackend, RolloutBackend, SamplingParams
 from lopd.trajectory import Trajectory, Turn
 
 
@@ -22,15 +23,60 @@ from lopd.trajectory import Trajectory, Turn
 class Task:
     task_id: str
     messages: list[dict[str, str]]
+    tools: tuple[dict[str, Any], ...] = ()
+    """Tools offered to the policy (JSON schemas in the OpenAI function format); empty for coding."""
 
 
 ScoreFn = Callable[[list[Task], list[str]], list[float]]
 """Rewards in [0, 1] for (task, decoded completion) pairs."""
 
-def encode_prompt(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> list[int]:
-    """Render chat messages with the tokenizer's own chat template, ready for the assistant turn."""
-    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                              return_dict=True)["input_ids"])
+
+class Rollouts(Protocol):
+    """How a domain samples and scores: tasks in, `rollouts_per_task` scored trajectories per task out (grouped
+    by task, `group` = the task's index), each with its response text in `metadata["response"]`."""
+
+    def __call__(self, backend: RolloutBackend, tokenizer: PreTrainedTokenizerBase, tasks: list[Task],
+                 params: SamplingParams, seed: int, rollouts_per_task: int) -> list[Trajectory]: ...
+
+
+def supports_tools(tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether the chat template renders a `tools=` argument itself (Qwen3, Llama 3, ...)."""
+    return "tools" in (tokenizer.chat_template or "")
+
+
+TOOLS_BLOCK = (
+    "\n\n# Tools\n\nYou may call one of the following functions. Their signatures are JSON schemas inside "
+    "<tools></tools>:\n<tools>\n{tools}\n</tools>\n\n"
+    "To call a function, reply with a JSON object inside <tool_call></tool_call> tags:\n"
+    '<tool_call>\n{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>'
+)
+"""How tools are offered by templates without a tool block of their own (the Hermes/Qwen convention)."""
+
+
+def with_tools_block(messages: list[dict[str, str]], tools: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
+    """The messages with the tool listing appended to the system message (one is added if missing)."""
+    block = TOOLS_BLOCK.format(tools="\n".join(json.dumps(t, ensure_ascii=False) for t in tools))
+    if messages and messages[0]["role"] == "system":
+        return [{**messages[0], "content": messages[0]["content"] + block}, *messages[1:]]
+    return [{"role": "system", "content": block.lstrip()}, *messages]
+
+
+def chat_text(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]],
+              tools: Sequence[dict[str, Any]] = ()) -> str:
+    """Chat messages rendered by the tokenizer's own chat template, ready for the assistant turn. Tools go in
+    the template's own tool block or, for templates without one, in a `<tools>` block of the system message."""
+    kwargs: dict[str, Any] = {}
+    if tools and supports_tools(tokenizer):
+        kwargs["tools"] = list(tools)
+    elif tools:
+        messages = with_tools_block(messages, tools)
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kwargs)
+
+
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]],
+                  tools: Sequence[dict[str, Any]] = ()) -> list[int]:
+    """Token ids of `chat_text` (the template's text already holds any special tokens)."""
+    return list(tokenizer(chat_text(tokenizer, messages, tools), add_special_tokens=False)["input_ids"])
 
 
 def step_seed(seed: int, step: int, rank: int = 0) -> int:
@@ -55,12 +101,19 @@ def _as_list(x) -> list:
     return [] if x is None else list(x) if isinstance(x, (list, tuple)) else [x]
 
 
-def rollout(backend: HFBackend, tokenizer: PreTrainedTokenizerBase, tasks: list[Task], params: SamplingParams,
-            seed: int, rollouts_per_task: int) -> list[Trajectory]:
-    """Sample `rollouts_per_task` single-turn trajectories per task (rewards are filled in later)."""
-    prompts = [encode_prompt(tokenizer, t.messages) for t in tasks]
-    flat = [(g, task, prompt) for g, (task, prompt) in enumerate(zip(tasks, prompts)) for _ in range(rollouts_per_task)]
-    completions = backend.generate([p for _, _, p in flat], params, seed)
-    return [Trajectory(task_id=task.task_id, group=g, turns=[Turn(list(p), c.token_ids, c.logprobs)],
-                       metadata={"stopped": c.stopped})
-            for (g, task, p), c in zip(flat, completions)]
+def single_turn(score: ScoreFn) -> Rollouts:
+    """Rollouts of one response per prompt (coding), scored on the decoded response."""
+
+    def collect(backend: RolloutBackend, tokenizer: PreTrainedTokenizerBase, tasks: list[Task],
+                params: SamplingParams, seed: int, rollouts_per_task: int) -> list[Trajectory]:
+        prompts = [encode_prompt(tokenizer, t.messages, t.tools) for t in tasks]
+        flat = [(g, task, prompt) for g, (task, prompt) in enumerate(zip(tasks, prompts))
+                for _ in range(rollouts_per_task)]
+        completions = backend.generate([p for _, _, p in flat], params, seed)
+        texts = [tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in completions]
+        rewards = score([task for _, task, _ in flat], texts)
+        return [Trajectory(task_id=task.task_id, group=g, turns=[Turn(list(p), c.token_ids, c.logprobs)],
+                           reward=r, metadata={"stopped": c.stopped, "response": text})
+                for (g, task, p), c, text, r in zip(flat, completions, texts, rewards)]
+
+    return collect

@@ -66,6 +66,7 @@ class SelfDistillation(Method):
     def setup(self, ctx: MethodContext) -> None:
         self.tokenizer = ctx.tokenizer
         self.messages = {t.task_id: t.messages for t in ctx.tasks}
+        self.tools = {t.task_id: t.tools for t in ctx.tasks}
         self.teacher_model = Teacher(self.teacher, ctx.student, ctx.base_dir, self.cfg.model.dtype, self.ema_rate,
                                      ctx.accelerator)
 
@@ -82,7 +83,7 @@ class SelfDistillation(Method):
         rows, extra = [], []
         for traj in trajectories:
             messages = traj.metadata[TEACHER_MESSAGES]
-            prompt = encode_prompt(self.tokenizer, messages or self.messages[traj.task_id])
+            prompt = encode_prompt(self.tokenizer, messages or self.messages[traj.task_id], self.tools[traj.task_id])
             rows.append(with_prompt(traj, prompt))
             if messages is not None:
                 extra.append(len(prompt) - len(traj.turns[0].context_ids))

@@ -10,6 +10,7 @@ from evaluation.coding import taco
 from lopd.bank import check_no_eval_overlap, sample_rollouts, successful_entries, task_text, write_bank
 from lopd.retrieval import (BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE, TextEmbedder, document_text, query_text,
                             save_vectors)
+from lopd.rollout import single_turn
 from lopd.tracking import Tracker
 from pipelines.common import BANK_DIR, BASE_MODEL_DIR, METRICS_DIR, coding_training_tasks, parse_args, write_json
 
@@ -32,7 +33,7 @@ def main() -> None:
     tasks, score = coding_training_tasks(cfg)
     with Tracker(cfg, "build_bank") as tracker:
         start = time.perf_counter()
-        rollouts = sample_rollouts(cfg, tasks, score, BASE_MODEL_DIR)
+        rollouts = sample_rollouts(cfg, tasks, single_turn(score), BASE_MODEL_DIR)
         sampling_s = time.perf_counter() - start
         entries = successful_entries(rollouts, cfg.bank.success_threshold, trace_of=taco.extract_code)
         eval_prompts, missing = evaluation_prompts(cfg)

@@ -6,6 +6,7 @@ import sys
 import time
 
 from lopd.loop import MethodInputError, train
+from lopd.rollout import single_turn
 from lopd.tracking import Tracker
 from pipelines.common import (BASE_MODEL_DIR, CHECKPOINTS_DIR, METRICS_DIR, build_method, coding_training_tasks,
                               parse_args, write_json)
@@ -18,7 +19,7 @@ def main() -> None:
     with Tracker(cfg, f"train@{method.name}") as tracker:
         start = time.perf_counter()
         try:
-            result = train(cfg, method, tasks, score, BASE_MODEL_DIR, CHECKPOINTS_DIR / method.name, tracker)
+            result = train(cfg, method, tasks, single_turn(score), BASE_MODEL_DIR, CHECKPOINTS_DIR / method.name, tracker)
         except (FileNotFoundError, MethodInputError) as err:  # a missing upstream output: say which stage to run
             sys.exit(f"error: {err}")
         result["summary"].update({"profile": cfg.profile, "seed": cfg.seed, "n_train_tasks": len(tasks),

@@ -33,7 +33,7 @@ from lopd.loop import update
 from lopd.losses import chunked_distillation, topk_tail_reverse_kl
 from lopd.methods import MethodContext
 from lopd.models import load_model, load_tokenizer
-from lopd.rollout import make_backend, rollout, sampling_params
+from lopd.rollout import make_backend, sampling_params, single_turn
 from pipelines.common import BANK_DIR, BASE_MODEL_DIR, COMPOSER_DIR, coding_training_tasks
 
 
@@ -64,11 +64,11 @@ def memory_probe(variant: str, positions: int, chunk: int, top_m: int) -> dict:
 
 def step_times(cfg) -> dict:
     tokenizer = load_tokenizer(BASE_MODEL_DIR)
-    tasks, _ = coding_training_tasks(cfg)
+    tasks, score = coding_training_tasks(cfg)
     n = cfg.train.rollouts_per_step
     backend = make_backend(BASE_MODEL_DIR, tokenizer, cfg, cfg.sampling.batch_size)
     start = time.perf_counter()
-    trajectories = rollout(backend, tokenizer, tasks[:n], sampling_params(cfg, cfg.sampling.max_new_tokens), 0, 1)
+    trajectories = single_turn(score)(backend, tokenizer, tasks[:n], sampling_params(cfg, cfg.sampling.max_new_tokens), 0, 1)
     sampling_s = time.perf_counter() - start
     for i, traj in enumerate(trajectories):
         traj.reward, traj.group = float(i % 2), i // cfg.grpo.group_size  # every GRPO group has signal

@@ -22,7 +22,7 @@ import torch
 from baselines.grpo import GRPO
 from lopd.config import REPO_ROOT, resolve
 from lopd.loop import train
-from lopd.rollout import encode_prompt, make_backend
+from lopd.rollout import encode_prompt, make_backend, single_turn
 from lopd.models import load_model, load_tokenizer
 from lopd.sampling import SamplingParams
 from pipelines.common import coding_training_tasks
@@ -83,7 +83,7 @@ def main() -> None:
 
     # One GRPO step of the real loop on the same budget.
     with tempfile.TemporaryDirectory() as step_dir:
-        step = train(cfg, GRPO(cfg.grpo), tasks, score, args.model_dir, step_dir)["history"][0]
+        step = train(cfg, GRPO(cfg.grpo), tasks, single_turn(score), args.model_dir, step_dir)["history"][0]
 
     result = {
         "model_dir": str(Path(args.model_dir).name), "batch": args.batch, "max_new_tokens": args.new_tokens,

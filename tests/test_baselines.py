@@ -16,7 +16,7 @@ from lopd.models import load_model
 from lopd.pool import (BASE_MODEL_ROLLOUT, POOL_FILE, REFERENCE_SOLUTION, Demonstration, assemble_pool, load_pool,
                        write_pool)
 from lopd.retrieval import QUERIES_FILE, TextEmbedder, query_text, save_vectors
-from lopd.rollout import Task
+from lopd.rollout import Task, single_turn
 from lopd.skills import Skill, ucb1_choice
 from lopd.teachers import Teacher, ema_update_
 
@@ -147,7 +147,7 @@ def test_ema_teacher_after_one_step_is_the_rate_weighted_average(name, tiny_mode
     cfg = _cfg(train={"steps": 1}, sdpo={"success_threshold": 0.5})
     method = sdft.SDFT(cfg, pool_path) if name == "sdft" else sdpo.SDPO(cfg)
     rate = cfg.sdft.ema_rate if name == "sdft" else cfg.sdpo.ema_rate
-    train(cfg, method, TASKS, _score, tiny_model_dir, tmp_path / name)
+    train(cfg, method, TASKS, single_turn(_score), tiny_model_dir, tmp_path / name)
     base, student = _weights(tiny_model_dir), _weights(tmp_path / name)
     teacher = method.teacher_model.model.state_dict()
     assert any(not torch.equal(base[k], student[k]) for k in base)  # the student did move
@@ -158,7 +158,7 @@ def test_ema_teacher_after_one_step_is_the_rate_weighted_average(name, tiny_mode
 def test_frozen_teacher_stays_frozen_and_no_gradient_reaches_any_teacher(tiny_model_dir, pool_path, tmp_path):
     cfg = _cfg()
     method = opsd.OPSD(cfg, pool_path)
-    train(cfg, method, TASKS, _score, tiny_model_dir, tmp_path / "opsd")
+    train(cfg, method, TASKS, single_turn(_score), tiny_model_dir, tmp_path / "opsd")
     base = _weights(tiny_model_dir)
     teacher = method.teacher_model.model
     assert all(torch.equal(p, base[k]) for k, p in teacher.named_parameters())
@@ -177,7 +177,7 @@ def test_frozen_teacher_stays_frozen_and_no_gradient_reaches_any_teacher(tiny_mo
 def test_pool_methods_train_and_log(name, tiny_model_dir, pool_path, tmp_path):
     cfg = _cfg()
     method = (sdft.SDFT if name == "sdft" else opsd.OPSD)(cfg, pool_path)
-    result = train(cfg, method, TASKS, _score, tiny_model_dir, tmp_path / name)
+    result = train(cfg, method, TASKS, single_turn(_score), tiny_model_dir, tmp_path / name)
     history = result["history"]
     assert [h["cumulative_rollouts"] for h in history] == [8, 16]
     for h in history:  # 4 of the 6 tasks have a demonstration
@@ -187,8 +187,8 @@ def test_pool_methods_train_and_log(name, tiny_model_dir, pool_path, tmp_path):
 
 def test_sdpo_without_a_successful_sibling_has_no_signal(tiny_model_dir, tmp_path):
     cfg = _cfg(sdpo={"success_threshold": 0.9})
-    result = train(cfg, sdpo.SDPO(cfg), TASKS, lambda tasks, completions: [0.5] * len(completions), tiny_model_dir,
-                   tmp_path / "sdpo")
+    result = train(cfg, sdpo.SDPO(cfg), TASKS, single_turn(lambda tasks, completions: [0.5] * len(completions)),
+                   tiny_model_dir, tmp_path / "sdpo")
     assert all(h["privileged_fraction"] == 0 and h["trained_fraction"] == 0 for h in result["history"])
     assert all(torch.equal(v, _weights(tiny_model_dir)[k]) for k, v in _weights(tmp_path / "sdpo").items())
 
@@ -196,23 +196,23 @@ def test_sdpo_without_a_successful_sibling_has_no_signal(tiny_model_dir, tmp_pat
 def test_skill_sd_builds_skills_picks_them_by_ucb_and_resumes(tiny_model_dir, bank_dir, tmp_path):
     cfg = _cfg(train={"steps": 3, "save_every": 1})
     method = skill_sd.SkillSD(cfg, bank_dir)
-    history = train(cfg, method, TASKS, _score, tiny_model_dir, tmp_path / "run")["history"]
+    history = train(cfg, method, TASKS, single_turn(_score), tiny_model_dir, tmp_path / "run")["history"]
     assert history[0]["privileged_fraction"] == 0  # no skill exists before the first step's summaries
     assert [h["skill_bank_size"] for h in history] == [2, 4, 6]  # one skill per group (8 rollouts / G=4)
     assert history[1]["privileged_fraction"] == 1 and history[1]["ucb_selections"] == 2
     assert all(s.what_works and s.what_to_avoid and s.workflow for s in method.skills.skills)
     resumed = skill_sd.SkillSD(_cfg(train={"steps": 4, "save_every": 1}), bank_dir)
-    train(resumed.cfg, resumed, TASKS, _score, tiny_model_dir, tmp_path / "run")
+    train(resumed.cfg, resumed, TASKS, single_turn(_score), tiny_model_dir, tmp_path / "run")
     assert resumed.skills.skills[:6] == method.skills.skills and len(resumed.skills.skills) == 8
     assert resumed.skills.counts[:6] != [0] * 6
 
 
 def test_resumed_ema_run_equals_an_uninterrupted_one(tiny_model_dir, pool_path, tmp_path):
     straight = _cfg(train={"steps": 2, "save_every": 2})
-    train(straight, sdft.SDFT(straight, pool_path), TASKS, _score, tiny_model_dir, tmp_path / "a")
+    train(straight, sdft.SDFT(straight, pool_path), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "a")
     first = _cfg(train={"steps": 1, "save_every": 1})
-    train(first, sdft.SDFT(first, pool_path), TASKS, _score, tiny_model_dir, tmp_path / "b")
-    train(straight, sdft.SDFT(straight, pool_path), TASKS, _score, tiny_model_dir, tmp_path / "b")
+    train(first, sdft.SDFT(first, pool_path), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "b")
+    train(straight, sdft.SDFT(straight, pool_path), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "b")
     a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
     assert all(torch.equal(a[k], b[k]) for k in a)
 
@@ -238,6 +238,6 @@ def test_an_empty_pool_stops_sdft_and_opsd_with_a_clear_error(tiny_model_dir, tm
     with pytest.raises(ValueError, match="oracle pool is empty"):
         load_pool(tmp_path / POOL_FILE)
     with pytest.raises(MethodInputError, match="opsd: .*oracle pool is empty"):
-        train(_cfg(), opsd.OPSD(_cfg(), tmp_path / POOL_FILE), TASKS, _score, tiny_model_dir, tmp_path / "x")
+        train(_cfg(), opsd.OPSD(_cfg(), tmp_path / POOL_FILE), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "x")
     with pytest.raises(MethodInputError, match="run the build_pool stage"):
-        train(_cfg(), sdft.SDFT(_cfg(), tmp_path / "none.jsonl"), TASKS, _score, tiny_model_dir, tmp_path / "y")
+        train(_cfg(), sdft.SDFT(_cfg(), tmp_path / "none.jsonl"), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "y")

@@ -7,7 +7,7 @@ from safetensors.torch import load_file
 from baselines.grpo import GRPO
 from lopd.config import resolve
 from lopd.loop import policy_dir, tasks_for_step, train
-from lopd.rollout import Task
+from lopd.rollout import Task, single_turn
 from lopd.methods import Vanilla
 
 TASKS = [Task(f"t{i}", [{"role": "user", "content": f"Say something about the number {i}."}]) for i in range(6)]
@@ -27,9 +27,9 @@ def _weights(path):
 
 
 def test_grpo_updates_weights_and_resume_equals_uninterrupted_run(tiny_model_dir, tmp_path):
-    straight = train(_cfg(2), GRPO(_cfg(2).grpo), TASKS, _score, tiny_model_dir, tmp_path / "a")
-    train(_cfg(1), GRPO(_cfg(1).grpo), TASKS, _score, tiny_model_dir, tmp_path / "b")
-    resumed = train(_cfg(2), GRPO(_cfg(2).grpo), TASKS, _score, tiny_model_dir, tmp_path / "b")
+    straight = train(_cfg(2), GRPO(_cfg(2).grpo), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "a")
+    train(_cfg(1), GRPO(_cfg(1).grpo), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "b")
+    resumed = train(_cfg(2), GRPO(_cfg(2).grpo), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "b")
     a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
     base = load_file(str(tiny_model_dir / "model.safetensors"))
     assert any(not torch.equal(a[k], base[k]) for k in a), "GRPO must change the weights"
@@ -43,23 +43,23 @@ def test_grpo_updates_weights_and_resume_equals_uninterrupted_run(tiny_model_dir
 
 
 def test_changed_config_does_not_resume_stale_state(tiny_model_dir, tmp_path, capsys):
-    train(_cfg(1), GRPO(_cfg(1).grpo), TASKS, _score, tiny_model_dir, tmp_path / "c")
+    train(_cfg(1), GRPO(_cfg(1).grpo), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "c")
     other = resolve({"profile": "smoke", "seed": 5, "train": {"steps": 1, "save_every": 1}})
-    result = train(other, GRPO(other.grpo), TASKS, _score, tiny_model_dir, tmp_path / "c")
+    result = train(other, GRPO(other.grpo), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "c")
     assert "starting fresh" in capsys.readouterr().out
     assert len(result["history"]) == 1
 
 
 def test_a_shorter_run_does_not_reuse_a_longer_checkpoint(tiny_model_dir, tmp_path, capsys):
-    train(_cfg(2), GRPO(_cfg(2).grpo), TASKS, _score, tiny_model_dir, tmp_path / "d")
-    result = train(_cfg(1), GRPO(_cfg(1).grpo), TASKS, _score, tiny_model_dir, tmp_path / "d")
+    train(_cfg(2), GRPO(_cfg(2).grpo), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "d")
+    result = train(_cfg(1), GRPO(_cfg(1).grpo), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "d")
     assert "starting fresh" in capsys.readouterr().out
     assert len(result["history"]) == 1
     assert json.loads((tmp_path / "d" / "manifest.json").read_text())["steps"] == 1
 
 
 def test_vanilla_checkpoint_points_at_base(tiny_model_dir, tmp_path):
-    train(_cfg(2), Vanilla(), TASKS, _score, tiny_model_dir, tmp_path / "v")
+    train(_cfg(2), Vanilla(), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "v")
     assert json.loads((tmp_path / "v" / "manifest.json").read_text())["weights"] == "base"
     assert policy_dir(tmp_path / "v", tiny_model_dir) == tiny_model_dir
     with pytest.raises(FileNotFoundError, match="no checkpoint"):

@@ -14,7 +14,7 @@ from lopd.loop import MethodInputError, train
 from lopd.methods import MethodContext
 from lopd.models import load_tokenizer
 from lopd.retrieval import BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE, save_vectors
-from lopd.rollout import Task
+from lopd.rollout import Task, single_turn
 
 TASKS = [Task(f"t{i}", [{"role": "system", "content": "You are an expert Python programmer."},
                         {"role": "user", "content": f"Print the number {i} times two."}]) for i in range(6)]
@@ -77,7 +77,7 @@ def _method(cfg, bank_dir, composer_dir):
 def test_lopd_trains_student_and_composer_with_the_dual_update(tiny_model_dir, bank_dir, composer_dir, tmp_path):
     cfg = _cfg()
     method = _method(cfg, bank_dir, composer_dir)
-    result = train(cfg, method, TASKS, _score, tiny_model_dir, tmp_path / "run")
+    result = train(cfg, method, TASKS, single_turn(_score), tiny_model_dir, tmp_path / "run")
     history = result["history"]
     beta = cfg.lopd.beta_init
     for h in history:  # beta <- [beta + eta (m - Delta)]_+ after every step, Delta measured on the step
@@ -97,10 +97,10 @@ def test_lopd_trains_student_and_composer_with_the_dual_update(tiny_model_dir, b
 
 
 def test_lopd_resume_equals_uninterrupted_run(tiny_model_dir, bank_dir, composer_dir, tmp_path):
-    straight = train(_cfg(), _method(_cfg(), bank_dir, composer_dir), TASKS, _score, tiny_model_dir, tmp_path / "a")
+    straight = train(_cfg(), _method(_cfg(), bank_dir, composer_dir), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "a")
     one = _cfg(train={"steps": 1, "save_every": 1})
-    train(one, _method(one, bank_dir, composer_dir), TASKS, _score, tiny_model_dir, tmp_path / "b")
-    resumed = train(_cfg(), _method(_cfg(), bank_dir, composer_dir), TASKS, _score, tiny_model_dir, tmp_path / "b")
+    train(one, _method(one, bank_dir, composer_dir), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "b")
+    resumed = train(_cfg(), _method(_cfg(), bank_dir, composer_dir), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "b")
     a, b = load_file(str(tmp_path / "a" / "model" / "model.safetensors")), load_file(
         str(tmp_path / "b" / "model" / "model.safetensors"))
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
@@ -112,7 +112,7 @@ def test_lopd_resume_equals_uninterrupted_run(tiny_model_dir, bank_dir, composer
 def test_frozen_composer_keeps_phi0_and_has_no_anchor(tiny_model_dir, bank_dir, composer_dir, tmp_path):
     cfg = _cfg(lopd={"train_composer": False}, margin=0.0)
     method = _method(cfg, bank_dir, composer_dir)
-    result = train(cfg, method, TASKS, _score, tiny_model_dir, tmp_path / "frozen")
+    result = train(cfg, method, TASKS, single_turn(_score), tiny_model_dir, tmp_path / "frozen")
     start = torch.load(composer_dir / COMPOSER_FILE)
     assert all(torch.equal(start[k], v) for k, v in method.composer.trainable_state().items())
     assert all(h["anchor"] == 0.0 and "method_grad_norm" not in h for h in result["history"])
@@ -120,7 +120,7 @@ def test_frozen_composer_keeps_phi0_and_has_no_anchor(tiny_model_dir, bank_dir, 
 
 def test_missing_composer_is_a_clear_error(tiny_model_dir, bank_dir, tmp_path):
     with pytest.raises(MethodInputError, match="run the cold_start stage"):
-        train(_cfg(), _method(_cfg(), bank_dir, tmp_path), TASKS, _score, tiny_model_dir, tmp_path / "x")
+        train(_cfg(), _method(_cfg(), bank_dir, tmp_path), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "x")
 
 
 def test_bank_growth_adds_training_successes_and_survives_resume(tiny_model_dir, tmp_path):
@@ -136,7 +136,7 @@ def test_bank_growth_adds_training_successes_and_survives_resume(tiny_model_dir,
                  embedder.embed([query_text(task_text(t.messages), "q") for t in TASKS]))
     cfg = _cfg(cold_start={"steps": 0}, bank={"grow_during_training": True, "success_threshold": 0.5})
     cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path / "composer", FRAMINGS["coding"])
-    result = train(cfg, _method(cfg, bank_dir, tmp_path / "composer"), TASKS, _score, tiny_model_dir, tmp_path / "r")
+    result = train(cfg, _method(cfg, bank_dir, tmp_path / "composer"), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "r")
     successes = [round(h["reward_mean"] * cfg.train.rollouts_per_step) for h in result["history"]]
     assert [h["bank_size"] for h in result["history"]] == [3 + successes[0], 3 + sum(successes)]
     resumed = _method(cfg, bank_dir, tmp_path / "composer")
@@ -171,5 +171,5 @@ def test_activation_checkpointing_changes_memory_not_results(tiny_model_dir, ban
 
 def test_lopd_steps_sets_its_own_budget(tiny_model_dir, bank_dir, composer_dir, tmp_path):
     cfg = _cfg(lopd={"steps": 1})
-    result = train(cfg, _method(cfg, bank_dir, composer_dir), TASKS, _score, tiny_model_dir, tmp_path / "one")
+    result = train(cfg, _method(cfg, bank_dir, composer_dir), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "one")
     assert len(result["history"]) == 1 and result["summary"]["steps"] == 1

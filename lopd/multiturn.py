@@ -1,0 +1,281 @@
+"""Multi-turn tool use: the environment protocol, the tool-call parser and the batched episode driver.
+
+An episode alternates policy turns and environment turns. The policy writes one step; if it contains a
+`<tool_call>{"name": ..., "arguments": {...}}</tool_call>` block (parsed as JSON, never evaluated) the
+environment executes it and its result comes back as a tool message; a step without a call is a reply,
+which the environment answers with more messages (the next user turn) or by ending the episode.
+
+Token-in/token-out: the prompt of turn t+1 is turn t's tokens plus the sampled tokens plus the
+environment's tokens, so the trainer scores exactly what was sampled and masks the rest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, Sequence
+
+from transformers import PreTrainedTokenizerBase
+
+from lopd.rollout import Rollouts, Task, encode_prompt
+from lopd.sampling import RolloutBackend, SamplingParams
+from lopd.trajectory import Trajectory, Turn
+
+AGENT_SYSTEM_PROMPT = (
+    "You are a helpful assistant. When given a specific task, your goal is to complete it in an interactive "
+    "environment by making step-by-step use of available tools.\n"
+    "- Before completing the task, at each step, select a tool from the tool list and fill in all required "
+    "parameters, making sure that the values are valid. Avoid making parallel tool calls in one step.\n"
+    "- When you believe the task has been completed, respond only with 'Task Completed' to end the trajectory, "
+    "without adding any other content or making any tool calls.\n"
+    "- It is recommended to first call query tools to gather sufficient information, then use modification tools "
+    "to complete the task. Adjust actions promptly based on the feedback from the environment."
+)
+"""Appendix A's agentic system prompt (EnvScaler / ACEBench)."""
+
+TASK_COMPLETED = "Task Completed"
+
+
+class ToolEnvironment(Protocol):
+    """One episode's environment; a fresh instance per rollout.
+
+    Implementations must turn every problem with a call (unknown tool, bad or missing arguments, an
+    exception inside the tool, a time-out) into an observation string: the driver treats an exception
+    escaping `call_tool` as a bug, reports it as an observation too, and goes on.
+    """
+
+    def reset(self) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
+        """The opening chat messages (system and user) and the tools offered, as JSON schemas in the
+        OpenAI function format `{"type": "function", "function": {"name", "description", "parameters"}}`."""
+        ...
+
+    def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
+        """Execute one parsed tool call and return its observation text."""
+        ...
+
+    def reply(self, text: str) -> list[dict[str, str]] | None:
+        """The agent wrote a step without a tool call. Return the messages that continue the episode
+        (e.g. the next user turn, which may announce new tools) or None when the episode is over."""
+        ...
+
+    def score(self) -> dict[str, float]:
+        """Called once when the episode is over: {"reward": r in [0, 1], ...benchmark metrics}."""
+        ...
+
+    def close(self) -> None:
+        """Release resources (worker processes); called exactly once."""
+        ...
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ParsedStep:
+    """What one policy step asked for."""
+
+    calls: list[ToolCall]
+    """Well-formed calls, in order (the driver executes the first: one call per step)."""
+    errors: list[str]
+    """One message per malformed `<tool_call>` block."""
+
+    @property
+    def has_call_block(self) -> bool:
+        return bool(self.calls or self.errors)
+
+
+_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
+
+
+def parse_step(text: str) -> ParsedStep:
+    """Parse the `<tool_call>` blocks of one step (pure; never raises, never evaluates code).
+
+    A block must hold one JSON object with a string `name` and an object `arguments` (a JSON string
+    holding an object is accepted too, as some chat templates serialise arguments that way).
+    """
+    calls, errors = [], []
+    for match in _BLOCK.finditer(text):
+        body = match.group(1).strip()
+        try:
+            obj = json.loads(body)
+        except (ValueError, RecursionError) as err:
+            errors.append(f"tool call is not valid JSON ({type(err).__name__}: {str(err)[:120]})")
+            continue
+        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
+            errors.append('tool call must be a JSON object with a string "name"')
+            continue
+        arguments = obj.get("arguments", {})
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except (ValueError, RecursionError):
+                pass
+        if not isinstance(arguments, dict):
+            errors.append(f'tool call {obj["name"]!r}: "arguments" must be a JSON object')
+            continue
+        calls.append(ToolCall(obj["name"], arguments))
+    return ParsedStep(calls, errors)
+
+
+_SENTINEL = "\u2063LOPD-ASSISTANT-TURN\u2063"
+
+
+def continuation_ids(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]], end_of_turn: str) -> list[int]:
+    """Tokens the chat template puts between an assistant turn's end-of-turn token and the next assistant
+    turn when `messages` (tool results, user turns) come in between.
+
+    Rendered once around a sentinel assistant message, so it holds for any template, and tokenised on its
+    own: the sampled tokens before it are never re-tokenised.
+    """
+    base = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+            {"role": "assistant", "content": _SENTINEL}]
+    text = tokenizer.apply_chat_template(base + messages, add_generation_prompt=True, tokenize=False)
+    cut = text.rindex(_SENTINEL) + len(_SENTINEL)
+    if text.startswith(end_of_turn, cut):
+        cut += len(end_of_turn)
+    return list(tokenizer(text[cut:], add_special_tokens=False)["input_ids"])
+
+
+def observation_lite(actions: Sequence[tuple[ToolCall, str]], observation_chars: int = 160) -> str:
+    """The paper's observation-lite trace: one numbered line per executed call, its result cut short."""
+    lines = []
+    for i, (call, observation) in enumerate(actions, 1):
+        args = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False, default=str)}" for k, v in call.arguments.items())
+        result = " ".join(observation.split())
+        if len(result) > observation_chars:
+            result = result[:observation_chars].rstrip() + " ..."
+        lines.append(f"{i}. {call.name}({args}) -> {result}")
+    return "\n".join(lines)
+
+
+def multi_turn(make_env: Callable[[Task], ToolEnvironment], max_steps: int, max_context_tokens: int,
+               max_step_tokens: int) -> Rollouts:
+    """Rollouts of whole episodes (agentic domains): one fresh environment per rollout, at most
+    `max_step_tokens` sampled per step."""
+
+    def collect(backend: RolloutBackend, tokenizer: PreTrainedTokenizerBase, tasks: list[Task],
+                params: SamplingParams, seed: int, rollouts_per_task: int) -> list[Trajectory]:
+        params = dataclasses.replace(params, max_new_tokens=max_step_tokens)
+        episodes = [(task.task_id, g, make_env(task)) for g, task in enumerate(tasks) for _ in range(rollouts_per_task)]
+        return run_episodes(backend, tokenizer, episodes, params, seed, max_steps, max_context_tokens)
+
+    return collect
+
+
+def canonical_call(call: ToolCall) -> str:
+    return json.dumps({"name": call.name, "arguments": call.arguments}, sort_keys=True, default=str)
+
+
+@dataclass
+class _Episode:
+    env: ToolEnvironment
+    task_id: str
+    group: int
+    turns: list[Turn]
+    pending: list[int]
+    """Context tokens (prompt, then tool/user tokens) not yet followed by an action."""
+    length: int = 0
+    done: str = ""
+    """Why the episode ended: completed | env_end | step_cap | context | env_error."""
+    tool_calls: int = 0
+    invalid_calls: int = 0
+    repeated_calls: int = 0
+    seen_calls: set[str] | None = None
+    stopped: bool = True
+    env_error: str = ""
+    actions: list[tuple[ToolCall, str]] | None = None
+    """Executed calls and their observations, for the observation-lite trace."""
+
+
+def _observe(ep: _Episode, text: str) -> list[dict[str, str]] | None:
+    """Hand one step to the environment; the messages that follow it, or None when the episode is over."""
+    step = parse_step(text)
+    ep.invalid_calls += len(step.errors)
+    ep.tool_calls += len(step.calls)
+    if step.calls:
+        call = step.calls[0]
+        key = canonical_call(call)
+        ep.repeated_calls += key in ep.seen_calls
+        ep.seen_calls.add(key)
+        try:
+            observation = ep.env.call_tool(call.name, call.arguments)
+        except Exception as err:  # an environment bug must not end a batch of rollouts
+            observation = f"Error: the tool raised {type(err).__name__}: {str(err)[:200]}"
+        ep.actions.append((call, observation))
+        if len(step.calls) > 1:
+            observation += f"\n(Only the first of {len(step.calls)} tool calls was executed: one call per step.)"
+        return [{"role": "tool", "content": observation}]
+    if step.errors:
+        return [{"role": "tool", "content": "Error: " + "; ".join(step.errors)}]
+    try:
+        return ep.env.reply(text)
+    except Exception as err:
+        ep.done = "env_error"
+        ep.env_error = f"{type(err).__name__}: {str(err)[:200]}"
+        return None
+
+
+def run_episodes(backend: RolloutBackend, tokenizer: PreTrainedTokenizerBase,
+                 episodes: Sequence[tuple[str, int, ToolEnvironment]], params: SamplingParams, seed: int,
+                 max_steps: int, max_context_tokens: int) -> list[Trajectory]:
+    """Play (task_id, group, environment) episodes to the end, all active ones sampled in one batch per step.
+
+    An episode ends when the environment says so (e.g. 'Task Completed'), after `max_steps` policy steps,
+    or when its context would exceed `max_context_tokens`. Returns scored trajectories (environments are
+    closed) with the behaviour metrics in `metadata`.
+    """
+    eps = []
+    for task_id, group, env in episodes:
+        messages, tools = env.reset()
+        prompt = encode_prompt(tokenizer, messages, tools)
+        eps.append(_Episode(env, task_id, group, [], prompt, seen_calls=set(), actions=[]))
+        if len(prompt) + params.max_new_tokens > max_context_tokens:  # not even one step fits
+            eps[-1].done = "context"
+    end_of_turn = tokenizer.decode([tokenizer.eos_token_id])
+    for step in range(max_steps):
+        active = [ep for ep in eps if not ep.done]
+        if not active:
+            break
+        prompts = [[*(t for turn in ep.turns for t in (*turn.context_ids, *turn.action_ids)), *ep.pending]
+                   for ep in active]
+        completions = backend.generate(prompts, params, seed * 1_000_033 + step)
+        for ep, prompt, c in zip(active, prompts, completions):
+            ep.turns.append(Turn(ep.pending, c.token_ids, c.logprobs))
+            ep.stopped = c.stopped
+            ep.length = len(prompt) + len(c.token_ids)
+            messages = _observe(ep, tokenizer.decode(c.token_ids, skip_special_tokens=True))
+            if messages is None:
+                ep.done = ep.done or ("completed" if TASK_COMPLETED in tokenizer.decode(
+                    c.token_ids, skip_special_tokens=True) else "env_end")
+                continue
+            ep.pending = ([] if c.stopped else [tokenizer.eos_token_id]) + continuation_ids(tokenizer, messages,
+                                                                                             end_of_turn)
+            if ep.length + len(ep.pending) + params.max_new_tokens > max_context_tokens:
+                ep.done = "context"
+    return [_finish(ep) for ep in eps]
+
+
+def _finish(ep: _Episode) -> Trajectory:
+    try:
+        scores = ep.env.score()
+    except Exception as err:  # scored as a failure, and said so
+        scores = {"reward": 0.0, "score_error": 1.0}
+        print(f"warning: scoring {ep.task_id} failed: {type(err).__name__}: {err}", flush=True)
+    finally:
+        ep.env.close()
+    steps = len(ep.turns)
+    reward = float(scores["reward"])
+    metadata = {"stopped": ep.stopped, "ended": ep.done or "step_cap", "steps": steps,
+                "tool_calls": ep.tool_calls, "invalid_calls": ep.invalid_calls, "repeated_calls": ep.repeated_calls,
+                "tool_calls_per_step": ep.tool_calls / max(steps, 1),
+                "first_step_tokens": len(ep.turns[0].action_ids) if ep.turns else 0,
+                "reward_per_tool_call": reward / max(ep.tool_calls, 1),
+                "scores": {k: float(v) for k, v in scores.items()}, "response": observation_lite(ep.actions)}
+    if ep.env_error:
+        metadata["env_error"] = ep.env_error
+    return Trajectory(ep.task_id, ep.turns, reward=reward, group=ep.group, metadata=metadata)
