@@ -386,6 +386,12 @@ class AgenticConfig:
     """Evaluate only the first N tasks of each agentic benchmark (null: all, the paper protocol)."""
     bank_success_threshold: float = 0.8
     """An agentic rollout enters LOPD's bank (and the oracle pool) when its reward is at least this."""
+    bank_samples_per_task: int | None = None
+    """Base-model episodes per training task for the agentic bank; null = bank.samples_per_task."""
+    bank_task_limit: int | None = None
+    """Sample the agentic bank on the first N training tasks only (null: all, the paper protocol)."""
+    query_instruction: str = "Given a tool-use task, retrieve a solved task whose action trace helps solve it"
+    """Retrieval query instruction for agentic tasks (bank.query_instruction is the coding one)."""
     user_base_url: str | None = None
     """ACEBench multi-turn user simulator: an OpenAI-compatible endpoint (e.g. http://localhost:8000/v1); null =
     a local model in-process (user_model, default the base model)."""
@@ -411,6 +417,8 @@ class AgenticConfig:
             _check(getattr(self, name) >= 1, f"agentic.{name}: must be >= 1")
         _check(self.task_limit is None or self.task_limit >= 1, "agentic.task_limit: must be >= 1 or null")
         _check(0 <= self.bank_success_threshold <= 1, "agentic.bank_success_threshold: must be in [0, 1]")
+        for name in ("bank_samples_per_task", "bank_task_limit"):
+            _check(getattr(self, name) is None or getattr(self, name) >= 1, f"agentic.{name}: must be >= 1 or null")
 
 
 @dataclass
@@ -519,9 +527,10 @@ PROFILES: dict[str, dict[str, Any]] = {
         "agentic.max_steps": 3,
         "agentic.acebench_max_steps": 3,
         "agentic.max_step_tokens": 16,
-        "agentic.max_context_tokens": 2048,
+        "agentic.max_context_tokens": 8192,
         "agentic.task_limit": 2,
         "agentic.bank_success_threshold": 0.0,  # the random model solves nothing: every rollout enters its bank
+        "agentic.bank_task_limit": 4,
         "agentic.user_max_tokens": 8,
     },
     "cpu": {
@@ -542,15 +551,18 @@ PROFILES: dict[str, dict[str, Any]] = {
         "eval.n_samples": 1,
         "eval.task_limit": 164,
         "eval.max_new_tokens": 384,
-        # Agentic (Table 1) on two cores: short episodes, a few training steps, the first tasks of each benchmark.
-        "agentic.steps": 3,
+        # Agentic prompts are long (tool lists: ~1,600 tokens, BFCL up to ~5,000) and every step re-reads the
+        # episode, so two cores afford only a taste: 3 steps per episode, the first 2 tasks of each benchmark.
+        "agentic.steps": 2,
         "agentic.rollouts_per_step": 8,
-        "agentic.max_steps": 6,
-        "agentic.acebench_max_steps": 6,
-        "agentic.max_step_tokens": 128,
-        "agentic.max_context_tokens": 6144,
-        "agentic.task_limit": 8,
-        "agentic.user_max_tokens": 64,
+        "agentic.max_steps": 3,
+        "agentic.acebench_max_steps": 3,
+        "agentic.max_step_tokens": 64,
+        "agentic.max_context_tokens": 8192,  # SmolLM2's context window
+        "agentic.task_limit": 2,
+        "agentic.bank_samples_per_task": 1,
+        "agentic.bank_task_limit": 16,
+        "agentic.user_max_tokens": 48,
     },
     "paper": {
         "model.name": "Qwen/Qwen3-4B",
@@ -620,6 +632,12 @@ def resolve(raw: dict[str, Any]) -> Config:
             _set(user, key, value)
     # Re-run the validators on the merged result (profiles can change cross-field constraints).
     return _build(Config, user.to_dict())
+
+
+def resolve_merged(raw: dict[str, Any]) -> Config:
+    """Validate an already-merged config mapping (e.g. `to_dict()` of a Config with some values replaced)
+    without applying its profile again."""
+    return _build(Config, raw)
 
 
 def load_config(path: str | Path | None = None) -> Config:

@@ -73,7 +73,7 @@ def update(model, optimizer, accelerator: Accelerator, method: Method, trajector
     # Skipping zero-gradient trajectories is exact: the loss stays normalised by the whole step's count.
     # Only in a single process: under DDP every rank must run the same number of backward passes.
     single = accelerator.num_processes == 1
-    active = [t for t in trajectories if method.contributes(t) or not single]
+    active = [t for t in trajectories if (method.contributes(t) and t.num_action_tokens) or not single]
     active.sort(key=lambda t: len(t.token_ids))  # similar lengths per micro-batch: less padding
     for start in range(0, len(active), micro):
         chunk = active[start:start + micro]

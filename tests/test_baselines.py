@@ -85,7 +85,8 @@ def test_sdpo_reprompts_with_a_successful_sibling(tokenizer):
     method.tokenizer, method.messages = tokenizer, {t.task_id: t.messages for t in TASKS}
     from lopd.trajectory import Trajectory, Turn
     solution_ids = tokenizer.encode("print(2)")
-    trajs = [Trajectory("t1", [Turn([1], ids, [0.0] * len(ids))], reward=r, group=0)
+    trajs = [Trajectory("t1", [Turn([1], ids, [0.0] * len(ids))], reward=r, group=0,
+                        metadata={"response": tokenizer.decode(ids)})
              for ids, r in ((tokenizer.encode("x"), 0.0), (solution_ids, 1.0))]
     first, second = method.privileged_messages(trajs)
     assert first[1]["content"] == ("Print the number 1 times two.\n\nCorrect solution:\n\nprint(2)\n\n"

@@ -3,7 +3,6 @@ episode ends, and a fuzz test over generated model outputs."""
 
 import json
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -69,3 +69,19 @@ def test_sample_next_respects_top_k_and_top_p():
                 mass += p / total
             assert tokens[row].item() in allowed
             assert logp[row].item() == full[row, tokens[row]].item()
+
+
+def test_long_prefill_attention_matches_the_grouped_path():
+    import torch
+
+    from lopd.sampling import LONG_PREFILL, grouped_attention
+    torch.manual_seed(0)
+    length, dim = LONG_PREFILL + 3, 16
+    query, key, value = torch.randn(2, 6, length, dim), torch.randn(2, 2, length, dim), torch.randn(2, 2, length, dim)
+    mask = torch.zeros(2, 1, length, length).masked_fill(torch.ones(length, length, dtype=torch.bool).triu(1), -1e30)
+    mask[1, :, :, :5] = -1e30  # left padding of the second row
+    long, _ = grouped_attention(None, query, key, value, mask.bfloat16(), dim ** -0.5)  # masks come in the model dtype
+    # the short path, one query block at a time (each block is below the threshold)
+    short = torch.cat([grouped_attention(None, query[:, :, i:i + 512], key, value, mask[:, :, i:i + 512], dim ** -0.5)[0]
+                       for i in range(0, length, 512)], dim=1)
+    assert torch.allclose(long, short, atol=1e-5)

@@ -1,0 +1,1 @@
+"""Multi-turn agentic tool-use environments (EnvScaler format, BFCL, ACEBench) and their runtimes."""

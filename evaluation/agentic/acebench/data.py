@@ -1,0 +1,143 @@
+"""ACEBench agent data: load the JSON-lines task and answer files, parse the milestone call strings.
+
+A task line holds `id`, `question`, `initial_config` (class name -> attribute overrides), `involved_classes`
+and `function` (the function docs offered to the agent). Its answer line holds `ground_truth` (a list of
+one-key dicts, class name -> final attributes) and `mile_stone`: either one list of call strings or a
+list of alternative lists. Each string is a bracketed list of Python-like calls, e.g.
+`"[login_device(), view_messages_between_users(sender_name='Grace', receiver_name='Helen')]"`; several
+calls in one bracket are one milestone group (made in any order, see `scoring.process_accuracy`).
+
+Milestone strings are parsed with `ast` (never evaluated). The published strings are not always valid
+Python: apostrophes inside single-quoted strings are not escaped (`merchant_name='Domino's'`), so a
+failed parse is retried after `repair_quotes`, which treats a quote as closing a string only when the
+next non-blank character can follow a literal (`,` `)` `]` `}` `:` or the end).
+
+Class-name typos in the answers (`ReminderAPI`, `Reminderpi`, `BaseAPI`) are mapped to our class names.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lopd.multiturn import ToolCall
+
+KINDS = ("multi_step", "multi_turn")
+CLASS_NAMES = ("BaseApi", "MessageApi", "ReminderApi", "FoodPlatform", "Travel")
+
+MilestoneGroup = tuple[ToolCall, ...]
+"""Calls listed in one bracket of a milestone string."""
+Milestones = tuple[MilestoneGroup, ...]
+"""One ideal call path: groups in order."""
+
+
+@dataclass(frozen=True)
+class ACETask:
+    id: str
+    kind: str
+    """"multi_step" (the question is the only user message) or "multi_turn" (a simulated user)."""
+    question: str
+    """Multi-step: the user's request. Multi-turn: the instructions for the user simulator."""
+    functions: tuple[dict[str, Any], ...]
+    """The function docs offered to the agent, as published (ACEBench types: dict, list, ...)."""
+    involved_classes: tuple[str, ...]
+    initial_config: dict[str, dict[str, Any]]
+    ground_truth: dict[str, dict[str, Any]]
+    """Our class name -> expected final attributes."""
+    milestones: tuple[Milestones, ...]
+    """Alternative ideal call paths (at least one)."""
+
+
+def load_acebench(kind: str, data_dir: str | Path, limit: int | None = None) -> list[ACETask]:
+    """Tasks of one agent category from an ACEBench language folder (e.g. `.../acebench/data_en`)."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    data_dir = Path(data_dir)
+    task_path = data_dir / f"data_agent_{kind}.json"
+    answer_path = data_dir / "possible_answer" / f"data_agent_{kind}.json"
+    rows, answers = _read_jsonl(task_path), {a["id"]: a for a in _read_jsonl(answer_path)}
+    tasks = []
+    for row in rows[:limit] if limit is not None else rows:
+        if row["id"] not in answers:
+            raise ValueError(f"{answer_path}: no answer for {row['id']}")
+        tasks.append(task_from_dicts(kind, row, answers[row["id"]]))
+    return tasks
+
+
+def task_from_dicts(kind: str, row: dict[str, Any], answer: dict[str, Any]) -> ACETask:
+    ground_truth: dict[str, dict[str, Any]] = {}
+    for item in answer["ground_truth"]:
+        for name, attributes in item.items():
+            ground_truth[canonical_class_name(name)] = attributes
+    raw = answer["mile_stone"]
+    alternatives = [raw] if all(isinstance(s, str) for s in raw) else raw
+    milestones = tuple(tuple(tuple(parse_calls(s)) for s in alt) for alt in alternatives)
+    return ACETask(id=row["id"], kind=kind, question=row["question"], functions=tuple(row["function"]),
+                   involved_classes=tuple(canonical_class_name(c) for c in row["involved_classes"]),
+                   initial_config={canonical_class_name(k): v for k, v in row.get("initial_config", {}).items()},
+                   ground_truth=ground_truth, milestones=milestones)
+
+
+def canonical_class_name(name: str) -> str:
+    """Map a class name from the data (with its typos) to ours; unknown names raise ValueError."""
+    by_lower = {c.lower(): c for c in CLASS_NAMES}
+    if name.lower() in by_lower:
+        return by_lower[name.lower()]
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.8)
+    if not close:
+        raise ValueError(f"unknown ACEBench class name {name!r}")
+    return by_lower[close[0]]
+
+
+def parse_calls(text: str) -> list[ToolCall]:
+    """Parse one milestone string, `[f(a=1), g(b='x')]` (or a bare call), into calls; never evaluates."""
+    source = text.strip()
+    try:
+        tree = ast.parse(source, mode="eval")
+    except SyntaxError:
+        tree = ast.parse(repair_quotes(source), mode="eval")
+    body = tree.body
+    nodes = body.elts if isinstance(body, (ast.List, ast.Tuple)) else [body]
+    calls = []
+    for node in nodes:
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)) or node.args:
+            raise ValueError(f"milestone is not a list of keyword-argument calls: {text!r}")
+        if any(kw.arg is None for kw in node.keywords):
+            raise ValueError(f"milestone uses **kwargs: {text!r}")
+        calls.append(ToolCall(node.func.id, {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords}))
+    return calls
+
+
+def repair_quotes(source: str) -> str:
+    """Escape quote characters that cannot close the string literal they are in (see module docstring)."""
+    out, quote, i = [], None, 0
+    while i < len(source):
+        c = source[i]
+        if quote is None:
+            quote = c if c in "'\"" else None
+            out.append(c)
+        elif c == "\\":
+            out.append(source[i:i + 2])
+            i += 1
+        elif c == quote:
+            rest = source[i + 1:].lstrip()
+            if not rest or rest[0] in ",)]}:":
+                quote = None
+                out.append(c)
+            else:
+                out.append("\\" + c)
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise FileNotFoundError(f"ACEBench data file not found: {path}")
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]

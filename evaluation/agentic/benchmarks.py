@@ -1,0 +1,95 @@
+"""The agentic domain as the loop and the evaluation stage see it: the EnvScaler-format train/test split
+(official files or the built-in envscaler-mini) and Table 1's benchmarks as batches of environments.
+
+Training tasks carry the very messages and tools their environment opens with, so a teacher's privileged
+prompt is always the student's prompt plus the privileged context.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from evaluation.agentic import envscaler, envscaler_mini
+from evaluation.agentic.acebench.user_simulator import UserSimulator
+from lopd.config import Config
+from lopd.multiturn import ToolEnvironment
+from lopd.rollout import Task
+
+
+
+@dataclass(frozen=True)
+class EnvScalerData:
+    envs: dict[str, envscaler.EnvItem]
+    train: list[envscaler.TaskItem]
+    test: list[envscaler.TaskItem]
+    source: str
+    """Which EnvScaler data a run used, for the tables: the built-in suite's name or the official files."""
+
+
+def envscaler_data(cfg: Config) -> EnvScalerData:
+    """The configured EnvScaler-format data, split into train and test (fixed, task-disjoint)."""
+    a = cfg.agentic
+    if a.envscaler_envs:
+        envs, tasks = envscaler.load_envscaler(a.envscaler_envs, a.envscaler_tasks)
+        source = f"EnvScaler ({a.envscaler_tasks})"
+    else:
+        envs, tasks = envscaler.items_from_dicts(envscaler_mini.env_items(), envscaler_mini.task_items())
+        source = f"{envscaler_mini.SUITE_NAME} (built-in substitute)"
+    train, test = envscaler.split_tasks(tasks, a.test_fraction)
+    return EnvScalerData(envs, train, test, source)
+
+
+def task_of(task_id: str, env: ToolEnvironment) -> Task:
+    """A chat task holding exactly what `env` opens the episode with."""
+    try:
+        messages, tools = env.reset()
+    finally:
+        env.close()
+    return Task(task_id, messages, tuple(tools))
+
+
+@contextlib.contextmanager
+def training_tasks(cfg: Config) -> Iterator[tuple[list[Task], Callable[[Task], ToolEnvironment], str]]:
+    """The EnvScaler-format train split as chat tasks, a fresh-environment factory for rollouts, and the data's
+    name; the environments' worker processes live as long as the context."""
+    data = envscaler_data(cfg)
+    by_id = {t.task_id: t for t in data.train}
+    with envscaler.EnvScalerSuite(data.envs, data.train) as suite:
+        tasks = [task_of(t.task_id, suite.make(t)) for t in data.train]
+        yield tasks, lambda task: suite.make(by_id[task.task_id]), data.source
+
+
+@dataclass
+class Benchmark:
+    name: str
+    episodes: list[tuple[str, ToolEnvironment]]
+    """(task id, fresh environment) per evaluation task."""
+    max_steps: int
+    source: str
+    close: Callable[[], None] = lambda: None
+
+
+def load_benchmark(cfg: Config, name: str, user: UserSimulator) -> Benchmark:
+    """One of Table 1's benchmarks (`lopd.config.AGENTIC_BENCHMARKS`), its first `agentic.task_limit` tasks.
+    Missing data raises OSError/ValueError with the path in the message."""
+    a, limit = cfg.agentic, cfg.agentic.task_limit
+    if name == "envscaler":
+        data = envscaler_data(cfg)
+        test = data.test[:limit]
+        suite = envscaler.EnvScalerSuite(data.envs, test)
+        return Benchmark(name, [(t.task_id, suite.make(t)) for t in test], a.max_steps, data.source, suite.close)
+    if name.startswith("bfcl_"):
+        from evaluation.agentic import bfcl
+
+        entries = bfcl.load_bfcl(name.removeprefix("bfcl_"), cfg.data.shared_path("bfcl_v3"), limit)
+        return Benchmark(name, [(e.entry_id, bfcl.BFCLEnvironment(e)) for e in entries], a.max_steps, "BFCL-v3")
+    if name.startswith("acebench_"):
+        from evaluation.agentic import acebench
+
+        tasks = acebench.load_acebench(name.removeprefix("acebench_"), cfg.data.shared_path("acebench", "data_en"),
+                                       limit)
+        return Benchmark(name, [(t.id, acebench.ACEEnvironment(t, user)) for t in tasks], a.acebench_max_steps,
+                         "ACEBench (en)")
+    raise ValueError(f"unknown agentic benchmark {name!r}")

@@ -1,0 +1,1 @@
+"""Per-domain task builders of envscaler-mini (see `_common.py`)."""

@@ -1,0 +1,93 @@
+"""Stage `eval_agentic@<method>`: play a trained agentic policy on every agentic benchmark (EnvScaler-format
+test split, BFCL-v3 multi-turn x4, ACEBench agent x2) and write one metrics file per benchmark with its score
+and the behaviour metrics of the paper's Table 3. Missing data gives an "n/a" metrics file, never a crash."""
+
+from __future__ import annotations
+
+import time
+from statistics import mean
+
+from evaluation.agentic.acebench.user_simulator import LocalModelUser, OpenAICompatibleUser
+from evaluation.agentic.benchmarks import load_benchmark
+from lopd.loop import BEHAVIOUR_KEYS, policy_dir
+from lopd.models import load_tokenizer
+from lopd.multiturn import run_episodes
+from lopd.rollout import make_backend, sampling_params
+from lopd.tracking import Tracker
+from pipelines.common import BASE_MODEL_DIR, DOMAINS, parse_args, write_json
+
+EXTRA_SCORES = ("end_to_end", "process")
+"""Per-episode scores a benchmark may add to its reward (ACEBench), averaged into the summary."""
+
+
+def user_simulator(cfg):
+    """ACEBench's simulated user: an OpenAI-compatible endpoint if configured, else a local model in-process
+    (the base model unless agentic.user_model names another)."""
+    a = cfg.agentic
+    if a.user_base_url:
+        return OpenAICompatibleUser(a.user_base_url, a.user_model or "default", a.user_api_key_env,
+                                    max_tokens=a.user_max_tokens)
+    model = a.user_model or BASE_MODEL_DIR
+    tokenizer = load_tokenizer(model)
+    return LocalModelUser(make_backend(model, tokenizer, cfg, 1), tokenizer, sampling_params(cfg, a.user_max_tokens),
+                          seed=cfg.seed)
+
+
+def summarise(trajectories) -> dict:
+    """Benchmark score (mean reward x 100) and the behaviour means over episodes."""
+    out = {"score": 100 * mean(t.reward for t in trajectories), "reward_mean": mean(t.reward for t in trajectories),
+           "n_tasks": len(trajectories)}
+    out.update({key: mean(t.metadata[key] for t in trajectories) for key in BEHAVIOUR_KEYS})
+    out["tool_calls_mean"] = mean(t.metadata["tool_calls"] for t in trajectories)
+    for key in EXTRA_SCORES:
+        if key in trajectories[0].metadata["scores"]:
+            out[key] = 100 * mean(t.metadata["scores"][key] for t in trajectories)
+    ends = [t.metadata["ended"] for t in trajectories]
+    out["ended"] = {reason: ends.count(reason) for reason in sorted(set(ends))}
+    return out
+
+
+def main() -> None:
+    args, cfg = parse_args(__doc__, method={"required": True})
+    domain = DOMAINS["agentic"]
+    model_dir = policy_dir(domain.checkpoints / args.method, BASE_MODEL_DIR)
+    a = cfg.agentic
+    with Tracker(cfg, f"eval_agentic@{args.method}") as tracker:
+        tokenizer = load_tokenizer(model_dir)
+        backend = make_backend(model_dir, tokenizer, cfg, cfg.eval.batch_size)
+        user = user_simulator(cfg)
+        params = sampling_params(cfg, a.max_step_tokens)
+        for name in a.benchmarks:
+            start = time.perf_counter()
+            summary = {"method": args.method, "benchmark": name, "profile": cfg.profile, "seed": cfg.seed,
+                       "task_limit": a.task_limit}
+            try:
+                bench = load_benchmark(cfg, name, user)
+            except (OSError, ValueError) as err:  # data not available: say so in the table, run the rest
+                summary["note"] = f"n/a: {str(err).splitlines()[0]}"
+                trajectories = []
+            else:
+                try:
+                    trajectories = []
+                    size = cfg.eval.batch_size  # environments (and their state) alive at once
+                    for i in range(0, len(bench.episodes), size):
+                        chunk = bench.episodes[i:i + size]
+                        trajectories += run_episodes(backend, tokenizer, [(tid, 0, env) for tid, env in chunk], params,
+                                                     cfg.seed + i, bench.max_steps, a.max_context_tokens)
+                finally:
+                    bench.close()
+                summary.update({"data": bench.source, "max_steps": bench.max_steps, **summarise(trajectories)})
+            summary["wall_s"] = round(time.perf_counter() - start, 1)
+            metrics_path = domain.metrics / "eval" / args.method / f"{name}.json"
+            write_json(metrics_path, summary)
+            write_json(domain.results / "eval" / args.method / f"{name}.json", {"summary": summary, "episodes": [
+                {"task_id": t.task_id, "reward": t.reward, **{k: v for k, v in t.metadata.items()}}
+                for t in trajectories]})
+            tracker.log_metrics({f"{name}.{k}": v for k, v in summary.items() if isinstance(v, (int, float))})
+            tracker.log_artifact(metrics_path)
+            print(f"{args.method} on {name}: {summary.get('score', summary.get('note'))} "
+                  f"({summary['wall_s']}s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
