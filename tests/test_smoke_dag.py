@@ -94,6 +94,6 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     # the same seed gives the same smoke metrics
     first = [(h["reward_mean"], round(h["loss"], 6)) for h in train["history"]]
     shutil.rmtree(repo / "checkpoints" / "grpo")  # otherwise the persisted checkpoint would just be resumed
-    _run(["dvc", "exp", "run", "-f", *SMOKE, "train@grpo"], repo, env)
+    _run(["dvc", "exp", "run", "-f", "-s", *SMOKE, "train@grpo"], repo, env)
     again = json.loads((repo / "metrics" / "train" / "grpo.json").read_text())
     assert [(h["reward_mean"], round(h["loss"], 6)) for h in again["history"]] == first
