@@ -69,8 +69,12 @@ def tool_use_table(metrics: dict[str, dict[str, dict]], methods: list[str]) -> T
                                            for key, _ in TOOL_USE_COLUMNS if key not in TOOL_USE_GROUPS}
         values.update({avg: _weighted(got, parts, "score") for avg, parts in TOOL_USE_GROUPS.items()})
         rows.append((METHOD_LABELS.get(method, method), values))
+    missing = [METHOD_LABELS.get(m, m) for m in _ordered(methods) if not metrics.get(m)]
+    if missing:
+        notes.append(f"{', '.join(missing)}: n/a: no agentic evaluation has been run for "
+                     f"{'this method' if len(missing) == 1 else 'these methods'} (stage eval_agentic@<method>).")
     for key, label in TOOL_USE_COLUMNS:
-        if key in TOOL_USE_GROUPS or all(v[key] is not None for _, v in rows):
+        if key in TOOL_USE_GROUPS or all(v[key] is not None for _, v in rows) or len(missing) == len(rows):
             continue
         reasons = sorted({s["note"] for m in methods for b, s in metrics.get(m, {}).items() if b == key and "note" in s})
         notes.append(f"{label}: n/a: {'; '.join(reasons) or 'no evaluation stage has produced it (not in agentic.benchmarks)'}.")

@@ -35,3 +35,34 @@ def test_renderings_mark_ranks_and_explain_missing_columns():
     assert to_csv(table).splitlines()[1].startswith("Vanilla,n/a,n/a,n/a,10.00,20.00,")
     tex = to_latex(table, "T")
     assert r"\textbf{20.00}" in tex and r"\underline{10.00}" in tex and r"\item LCB v5" in tex
+
+
+def _agentic(score, n):
+    return {"score": score, "n_tasks": n}
+
+
+def test_tool_use_table_averages_by_task_count_and_explains_gaps():
+    from evaluation.tables import tool_use_table
+    bfcl = {f"bfcl_{s}": _agentic(v, 200) for s, v in zip(("base", "miss_func", "miss_param", "long_context"),
+                                                          (30.0, 20.0, 25.0, 21.0))}
+    metrics = {"vanilla": {"envscaler": _agentic(48.6, 200), **bfcl, "acebench_multi_step": _agentic(48.3, 20),
+                           "acebench_multi_turn": _agentic(52.2, 30)},
+               "grpo": {"envscaler": _agentic(61.8, 200), "acebench_multi_step": {"note": "n/a: data missing"}}}
+    table = tool_use_table(metrics, ["grpo", "vanilla", "lopd"])
+    rows = dict(table.rows)
+    assert [label for label, _ in table.rows] == ["Vanilla", "GRPO", "LOPD"]
+    assert rows["Vanilla"]["bfcl_avg"] == (30 + 20 + 25 + 21) / 4
+    assert abs(rows["Vanilla"]["acebench_avg"] - (48.3 * 20 + 52.2 * 30) / 50) < 1e-9  # the paper's 50.6
+    assert rows["GRPO"]["acebench_multi_step"] is None and rows["GRPO"]["acebench_avg"] is None
+    assert any(n.startswith("LOPD: n/a: no agentic evaluation") for n in table.notes)
+    assert any("ACE M-Step: n/a: n/a: data missing" in n for n in table.notes)
+
+
+def test_behaviour_table_is_unranked():
+    from evaluation.tables import behaviour_table
+    metrics = {"vanilla": {"envscaler": {"reward_mean": 0.486, "steps": 11.12, "tool_calls_per_step": 3.5,
+                                         "first_step_tokens": 9937, "reward_per_tool_call": 0.038,
+                                         "repeated_calls": 8.89}}}
+    md = to_markdown(behaviour_table(metrics, ["vanilla", "lopd"]), "B")
+    assert "| Vanilla | 0.486 | 11.120 | 3.500 | 9937.000 | 0.038 | 8.890 |" in md
+    assert "| LOPD | n/a |" in md and "**" not in md
