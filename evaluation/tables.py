@@ -73,8 +73,9 @@ def tool_use_table(metrics: dict[str, dict[str, dict]], methods: list[str]) -> T
     if missing:
         notes.append(f"{', '.join(missing)}: n/a: no agentic evaluation has been run for "
                      f"{'this method' if len(missing) == 1 else 'these methods'} (stage eval_agentic@<method>).")
+    evaluated = [v for label, v in rows if label not in missing]
     for key, label in TOOL_USE_COLUMNS:
-        if key in TOOL_USE_GROUPS or all(v[key] is not None for _, v in rows) or len(missing) == len(rows):
+        if key in TOOL_USE_GROUPS or all(v[key] is not None for v in evaluated):
             continue
         reasons = sorted({s["note"] for m in methods for b, s in metrics.get(m, {}).items() if b == key and "note" in s})
         notes.append(f"{label}: n/a: {'; '.join(reasons) or 'no evaluation stage has produced it (not in agentic.benchmarks)'}.")

@@ -552,14 +552,14 @@ PROFILES: dict[str, dict[str, Any]] = {
         "eval.task_limit": 164,
         "eval.max_new_tokens": 384,
         # Agentic prompts are long (tool lists: ~1,600 tokens, BFCL up to ~5,000) and every step re-reads the
-        # episode, so two cores afford only a taste: 3 steps per episode, the first 2 tasks of each benchmark.
+        # episode, so two cores afford only a taste: 3 steps per episode, the first task of each benchmark.
         "agentic.steps": 2,
         "agentic.rollouts_per_step": 8,
         "agentic.max_steps": 3,
         "agentic.acebench_max_steps": 3,
         "agentic.max_step_tokens": 64,
         "agentic.max_context_tokens": 8192,  # SmolLM2's context window
-        "agentic.task_limit": 2,
+        "agentic.task_limit": 1,
         "agentic.bank_samples_per_task": 1,
         "agentic.bank_task_limit": 16,
         "agentic.user_max_tokens": 48,

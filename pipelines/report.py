@@ -52,8 +52,9 @@ def main() -> None:
     tool_use = tool_use_table(agentic, cfg.methods)
     tool_use.notes.append(budget_note(cfg.methods, "agentic"))
     data = sorted({s["data"] for runs in agentic.values() for b, s in runs.items() if b == "envscaler" and "data" in s})
-    agentic_subset = ("all tasks" if cfg.agentic.task_limit is None
-                      else f"first {cfg.agentic.task_limit} tasks per benchmark")
+    limit = cfg.agentic.task_limit
+    agentic_subset = ("all tasks" if limit is None else "the first task of each benchmark" if limit == 1
+                      else f"first {limit} tasks per benchmark")
     tool_title = (f"Tool-use results ({cfg.profile} profile, model {cfg.model.name}, score 0-100, {agentic_subset}, "
                   f"EnvScaler data: {', '.join(data) or 'n/a'})")
     behaviour_title = f"Behaviour on the EnvScaler test split ({cfg.profile} profile, means per episode)"
