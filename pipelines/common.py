@@ -76,6 +76,8 @@ DOMAINS = {
                       CHECKPOINTS_DIR / "agentic" / "composer", CHECKPOINTS_DIR / "agentic", METRICS_DIR / "agentic",
                       RESULTS_DIR / "agentic", FRAMINGS["agentic"], lambda response: response, 0.9),
 }
+
+
 def stage_name(stage: str, domain: str, method: str | None = None) -> str:
     """The DVC stage a CLI run stands for (its MLflow run name): `train@grpo`, `train_agentic@grpo`, ..."""
     name = stage if domain == "code" else f"{stage}_{domain}"
