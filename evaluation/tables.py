@@ -34,6 +34,9 @@ TOOL_USE_GROUPS = {"bfcl_avg": ("bfcl_base", "bfcl_miss_func", "bfcl_miss_param"
 BEHAVIOUR_COLUMNS = (("reward_mean", "Reward"), ("steps", "Interaction steps"), ("tool_calls_per_step", "Tool calls / step"),
                      ("first_step_tokens", "First-step length"), ("reward_per_tool_call", "Reward / tool call"),
                      ("repeated_calls", "Repeated tool calls"))
+BEHAVIOUR_NOTES = ["Tool calls count every well-formed call a step issues (the environment runs the first of "
+                   "each step); Reward / tool call divides each episode's reward by its calls, counting an "
+                   "episode without calls as one."]
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,8 @@ def tool_use_table(metrics: dict[str, dict[str, dict]], methods: list[str]) -> T
     for key, label in TOOL_USE_COLUMNS:
         if key in TOOL_USE_GROUPS or all(v[key] is not None for v in evaluated):
             continue
-        reasons = sorted({s["note"] for m in methods for b, s in metrics.get(m, {}).items() if b == key and "note" in s})
+        reasons = sorted({s["note"].removeprefix("n/a: ") for m in methods for b, s in metrics.get(m, {}).items()
+                          if b == key and "note" in s})
         notes.append(f"{label}: n/a: {'; '.join(reasons) or 'no evaluation stage has produced it (not in agentic.benchmarks)'}.")
     return Table(TOOL_USE_COLUMNS, rows, notes)
 
@@ -86,7 +90,7 @@ def behaviour_table(metrics: dict[str, dict[str, dict]], methods: list[str], ben
     """The paper's Table 3: interaction behaviour of each method's policy on one benchmark (means per episode)."""
     rows = [(METHOD_LABELS.get(m, m), {k: metrics.get(m, {}).get(benchmark, {}).get(k) for k, _ in BEHAVIOUR_COLUMNS})
             for m in _ordered(methods)]
-    return Table(BEHAVIOUR_COLUMNS, rows, [], ranked=False, digits=3)
+    return Table(BEHAVIOUR_COLUMNS, rows, BEHAVIOUR_NOTES, ranked=False, digits=3)
 
 
 def code_table(metrics: dict[str, dict[str, dict]], methods: list[str]) -> Table:

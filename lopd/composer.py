@@ -14,14 +14,18 @@ latent tokens (torch.cat over slices, so gradients reach phi).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
+import torch.utils.checkpoint
 from peft import LoraConfig, get_peft_model
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 from lopd.config import ComposerConfig
 from lopd.rollout import chat_text
@@ -112,12 +116,12 @@ class Composer(nn.Module):
         lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                           target_modules=LORA_TARGETS, bias="none")
         self.model = get_peft_model(backbone, lora)
-        # Encoder activations are recomputed in the backward pass. transformers checkpoints only in train mode
-        # (the backbone has no dropout, so the mode changes nothing else); the teacher pass runs in eval mode:
-        # its recomputation would happen after the adapter is switched back on.
+        # Encoder and teacher activations are recomputed in the backward pass, layer by layer. transformers
+        # checkpoints only in train mode (the backbone has no dropout, so the mode changes nothing else).
         self.checkpointing = cfg.activation_checkpointing
         if self.checkpointing:
             backbone.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        self.layers = [m for m in backbone.modules() if isinstance(m, GradientCheckpointingLayer)]
         config = backbone.config
         embed_scale = backbone.get_input_embeddings().weight.detach().float().pow(2).mean().sqrt().item()
         self.qformer = QFormer(config.hidden_size, config.num_attention_heads, latent_tokens, cfg.qformer_layers,
@@ -140,13 +144,40 @@ class Composer(nn.Module):
 
     def teacher_hidden(self, batch: TokenBatch, latents: list[torch.Tensor], starts: list[int]) -> torch.Tensor:
         """Final hidden states [B, L, D] of the frozen base model (adapter off) on `batch`, with each row's
-        placeholder span replaced by its latent tokens."""
+        placeholder span replaced by its latent tokens. Only latents that require grad make it build a graph
+        (the input-embedding hook of checkpointing would otherwise make one for nothing)."""
+        if not (torch.is_grad_enabled() and any(lat.requires_grad for lat in latents)):
+            with torch.no_grad():
+                return self._teacher_forward(batch, latents, starts)
+        if not self.checkpointing:
+            return self._teacher_forward(batch, latents, starts)
+        with self._adapter_off_when_recomputed():
+            return self._teacher_forward(batch, latents, starts)
+
+    def _teacher_forward(self, batch: TokenBatch, latents: list[torch.Tensor], starts: list[int]) -> torch.Tensor:
         embeds_B_L_D = inject_latents(self.backbone.get_input_embeddings()(batch.input_ids_B_L), latents, starts)
-        self.backbone.eval()
+        self.backbone.train(self.checkpointing and torch.is_grad_enabled())
         with self.model.disable_adapter():
             out = self.backbone(inputs_embeds=embeds_B_L_D, attention_mask=batch.attention_mask_B_L,
                                 output_hidden_states=True, logits_to_keep=1, use_cache=False)
         return out.hidden_states[-1]
+
+    @contextlib.contextmanager
+    def _adapter_off_when_recomputed(self) -> Iterator[None]:
+        """Checkpoint the teacher's layers so that their backward-pass recomputation, which runs after the
+        adapter is back on, switches it off again: the teacher's graph then holds one activation per layer
+        instead of every intermediate (agentic sequences of thousands of tokens would not fit otherwise)."""
+        checkpoint_fns = [layer._gradient_checkpointing_func for layer in self.layers]
+        teacher_fn = functools.partial(
+            torch.utils.checkpoint.checkpoint, use_reentrant=False,
+            context_fn=lambda: (contextlib.nullcontext(), self.model.disable_adapter()))
+        for layer in self.layers:
+            layer._gradient_checkpointing_func = teacher_fn
+        try:
+            yield
+        finally:
+            for layer, fn in zip(self.layers, checkpoint_fns):
+                layer._gradient_checkpointing_func = fn
 
     def trainable_state(self) -> dict[str, torch.Tensor]:
         return {n: p.detach().clone() for n, p in self.named_parameters() if p.requires_grad}

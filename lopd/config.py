@@ -93,6 +93,10 @@ class TrainConfig:
     """Trajectories per forward/backward pass; gradients accumulate to one optimizer step."""
     loss_chunk_size: int = 1024
     """Action positions per chunk when computing log-probs over the vocabulary."""
+    activation_checkpointing: bool = True
+    """Recompute each decoder layer's activations in the backward pass: the same gradients, with memory for one
+    layer's intermediates instead of all of them (an agentic batch of 8 episodes x 2k tokens needs 18 GB
+    without it on SmolLM2-135M)."""
     save_every: int = 50
     """Save a resumable checkpoint every this many steps (and always at the end)."""
 
@@ -631,13 +635,23 @@ def resolve(raw: dict[str, Any]) -> Config:
         if _get(user, key) == _get(defaults, key):
             _set(user, key, value)
     # Re-run the validators on the merged result (profiles can change cross-field constraints).
-    return _build(Config, user.to_dict())
+    return resolve_merged(user.to_dict())
 
 
 def resolve_merged(raw: dict[str, Any]) -> Config:
     """Validate an already-merged config mapping (e.g. `to_dict()` of a Config with some values replaced)
     without applying its profile again."""
-    return _build(Config, raw)
+    return _check_budgets(_build(Config, raw))
+
+
+def _check_budgets(cfg: Config) -> Config:
+    """Constraints between keys that profiles set, checked on merged configs only: a user's value must not be
+    judged against a paper default that the profile replaces (`-S agentic.max_context_tokens=4096` on cpu)."""
+    a = cfg.agentic
+    _check(a.max_step_tokens < a.max_context_tokens,
+           f"agentic.max_step_tokens: must be < agentic.max_context_tokens ({a.max_context_tokens}), "
+           "or no episode can take a step")
+    return cfg
 
 
 def load_config(path: str | Path | None = None) -> Config:

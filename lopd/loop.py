@@ -24,6 +24,7 @@ from accelerate import Accelerator
 from lopd.config import KNOWN_METHODS, Config
 from lopd.methods import Method, MethodContext, PolicyOutputs
 from lopd.models import load_model, load_tokenizer
+from lopd.multiturn import BEHAVIOUR_KEYS
 from lopd.rollout import Rollouts, Task, make_backend, sampling_params, step_seed
 from lopd.tracking import Tracker
 from lopd.trajectory import Trajectory, collate
@@ -103,9 +104,10 @@ def update(model, optimizer, accelerator: Accelerator, method: Method, trajector
 
 
 def config_fingerprint(cfg: Config) -> str:
-    """Identifies a training run for resuming; the step budget may grow without invalidating it."""
+    """Identifies a training run for resuming; the step budget may grow, and activation checkpointing (same
+    gradients) may change, without invalidating it."""
     d = cfg.to_dict()
-    d["train"] = {k: v for k, v in d["train"].items() if k not in ("steps", "save_every")}
+    d["train"] = {k: v for k, v in d["train"].items() if k not in ("steps", "save_every", "activation_checkpointing")}
     for method in KNOWN_METHODS:
         d[method].pop("steps", None)
     d.pop("tracking")
@@ -139,11 +141,6 @@ def policy_dir(checkpoint_dir: str | Path, base_dir: str | Path) -> Path:
     return Path(base_dir) if manifest["weights"] == "base" else checkpoint_dir / manifest["weights"]
 
 
-BEHAVIOUR_KEYS = ("steps", "tool_calls_per_step", "first_step_tokens", "reward_per_tool_call", "repeated_calls",
-                  "invalid_calls")
-"""Per-episode metrics of multi-turn rollouts (the paper's behaviour table), logged as step means."""
-
-
 def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts, base_dir: str | Path,
           out_dir: str | Path, tracker: Tracker | None = None) -> dict:
     """Run (or resume) the on-policy loop; returns {"summary": ..., "history": [...]} for the metrics file."""
@@ -163,6 +160,8 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
         print(f"{out_dir}: existing checkpoint is from a different configuration or a longer run; starting fresh")
         state = None
     model = load_model(out_dir / "model" if state else base_dir, cfg.model.dtype)
+    if cfg.train.activation_checkpointing:
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     try:
         method.setup(MethodContext(cfg, accelerator, tokenizer, Path(base_dir), model, tasks))
@@ -204,7 +203,7 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
             "time_sampling_s": sampling_s, "time_reward_s": t1 - t0 - sampling_s, "time_update_s": t2 - t1,
             "rollout_tokens_per_s": sum(lengths) / max(sampling_s, 1e-9),
         })
-        for key in BEHAVIOUR_KEYS:
+        for key in BEHAVIOUR_KEYS:  # multi-turn rollouts: logged as step means
             if key in trajectories[0].metadata:
                 metrics[key] = sum(t.metadata[key] for t in trajectories) / len(trajectories)
         history.append({"step": step + 1, **metrics})

@@ -11,6 +11,7 @@ environment's tokens, so the trainer scores exactly what was sampled and masks t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -84,10 +85,6 @@ class ParsedStep:
     errors: list[str]
     """One message per malformed `<tool_call>` block."""
 
-    @property
-    def has_call_block(self) -> bool:
-        return bool(self.calls or self.errors)
-
 
 _BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 
@@ -125,20 +122,37 @@ def parse_step(text: str) -> ParsedStep:
 _SENTINEL = "\u2063LOPD-ASSISTANT-TURN\u2063"
 
 
-def continuation_ids(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]], end_of_turn: str) -> list[int]:
-    """Tokens the chat template puts between an assistant turn's end-of-turn token and the next assistant
-    turn when `messages` (tool results, user turns) come in between.
-
-    Rendered once around a sentinel assistant message, so it holds for any template, and tokenised on its
-    own: the sampled tokens before it are never re-tokenised.
-    """
+def _after_assistant_turn(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> str:
+    """What the chat template writes after an assistant turn's content when `messages` follow it, up to the
+    next assistant turn (rendered around a sentinel assistant message, so it holds for any template)."""
     base = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
             {"role": "assistant", "content": _SENTINEL}]
     text = tokenizer.apply_chat_template(base + messages, add_generation_prompt=True, tokenize=False)
-    cut = text.rindex(_SENTINEL) + len(_SENTINEL)
-    if text.startswith(end_of_turn, cut):
-        cut += len(end_of_turn)
-    return list(tokenizer(text[cut:], add_special_tokens=False)["input_ids"])
+    return text[text.rindex(_SENTINEL) + len(_SENTINEL):]
+
+
+def end_of_turn_id(tokenizer: PreTrainedTokenizerBase) -> int:
+    """The special token the chat template closes an assistant turn with (ChatML's `<|im_end|>`, Llama 3's
+    `<|eot_id|>`). Taken from the template, not from `eos_token_id`: a model may also stop on other tokens
+    (Qwen3 on `<|endoftext|>`), and the context must then still hold the template's end of turn."""
+    special = {i for i, token in tokenizer.added_tokens_decoder.items() if token.special}
+    after = tokenizer(_after_assistant_turn(tokenizer, [{"role": "user", "content": "u"}]),
+                      add_special_tokens=False)["input_ids"]
+    found = next((i for i in after if i in special), None)
+    if found is None:
+        raise ValueError("the chat template closes an assistant turn without a special token")
+    return found
+
+
+def continuation_ids(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]], end_of_turn: int) -> list[int]:
+    """Tokens the chat template puts between an assistant turn's end-of-turn token and the next assistant
+    turn when `messages` (tool results, user turns) come in between.
+
+    Tokenised on its own: the sampled tokens before it are never re-tokenised.
+    """
+    after = _after_assistant_turn(tokenizer, messages)
+    end_text = tokenizer.added_tokens_decoder[end_of_turn].content
+    return list(tokenizer(after[after.index(end_text) + len(end_text):], add_special_tokens=False)["input_ids"])
 
 
 def observation_lite(actions: Sequence[tuple[ToolCall, str]], observation_chars: int = 160) -> str:
@@ -161,7 +175,14 @@ def multi_turn(make_env: Callable[[Task], ToolEnvironment], max_steps: int, max_
     def collect(backend: RolloutBackend, tokenizer: PreTrainedTokenizerBase, tasks: list[Task],
                 params: SamplingParams, seed: int, rollouts_per_task: int) -> list[Trajectory]:
         params = dataclasses.replace(params, max_new_tokens=max_step_tokens)
-        episodes = [(task.task_id, g, make_env(task)) for g, task in enumerate(tasks) for _ in range(rollouts_per_task)]
+        with contextlib.ExitStack() as made:  # a failing make_env closes the environments made before it
+            episodes = []
+            for g, task in enumerate(tasks):
+                for _ in range(rollouts_per_task):
+                    env = make_env(task)
+                    made.callback(env.close)
+                    episodes.append((task.task_id, g, env))
+            made.pop_all()  # run_episodes closes them from here on
         return run_episodes(backend, tokenizer, episodes, params, seed, max_steps, max_context_tokens)
 
     return collect
@@ -181,7 +202,8 @@ class _Episode:
     """Context tokens (prompt, then tool/user tokens) not yet followed by an action."""
     length: int = 0
     done: str = ""
-    """Why the episode ended: completed | env_end | step_cap | context | env_error."""
+    """Why the episode ended: completed | env_end | context | env_error; empty while it runs and when it
+    used all its steps (`_finish` reports that as step_cap)."""
     tool_calls: int = 0
     invalid_calls: int = 0
     repeated_calls: int = 0
@@ -220,44 +242,53 @@ def _observe(ep: _Episode, text: str) -> list[dict[str, str]] | None:
         return None
 
 
+BEHAVIOUR_KEYS = ("steps", "tool_calls_per_step", "first_step_tokens", "reward_per_tool_call", "repeated_calls",
+                  "invalid_calls")
+"""Per-episode metrics of multi-turn rollouts (the paper's behaviour table), in every trajectory's `metadata`."""
+
+
 def run_episodes(backend: RolloutBackend, tokenizer: PreTrainedTokenizerBase,
                  episodes: Sequence[tuple[str, int, ToolEnvironment]], params: SamplingParams, seed: int,
                  max_steps: int, max_context_tokens: int) -> list[Trajectory]:
     """Play (task_id, group, environment) episodes to the end, all active ones sampled in one batch per step.
 
     An episode ends when the environment says so (e.g. 'Task Completed'), after `max_steps` policy steps,
-    or when its context would exceed `max_context_tokens`. Returns scored trajectories (environments are
-    closed) with the behaviour metrics in `metadata`.
+    or when its context would exceed `max_context_tokens`. Returns scored trajectories with the behaviour
+    metrics in `metadata`. Every environment is closed exactly once, also when this raises.
     """
-    eps = []
-    for task_id, group, env in episodes:
-        messages, tools = env.reset()
-        prompt = encode_prompt(tokenizer, messages, tools)
-        eps.append(_Episode(env, task_id, group, [], prompt))
-        if len(prompt) + params.max_new_tokens > max_context_tokens:  # not even one step fits
-            eps[-1].done = "context"
-    end_of_turn = tokenizer.decode([tokenizer.eos_token_id])
-    for step in range(max_steps):
-        active = [ep for ep in eps if not ep.done]
-        if not active:
-            break
-        prompts = [[*(t for turn in ep.turns for t in (*turn.context_ids, *turn.action_ids)), *ep.pending]
-                   for ep in active]
-        completions = backend.generate(prompts, params, seed * 1_000_033 + step)
-        for ep, prompt, c in zip(active, prompts, completions):
-            ep.turns.append(Turn(ep.pending, c.token_ids, c.logprobs))
-            ep.stopped = c.stopped
-            ep.length = len(prompt) + len(c.token_ids)
-            text = tokenizer.decode(c.token_ids, skip_special_tokens=True)
-            messages = _observe(ep, text)
-            if messages is None:
-                ep.done = ep.done or ("completed" if TASK_COMPLETED in text else "env_end")
-                continue
-            ep.pending = ([] if c.stopped else [tokenizer.eos_token_id]) + continuation_ids(tokenizer, messages,
-                                                                                             end_of_turn)
-            if ep.length + len(ep.pending) + params.max_new_tokens > max_context_tokens:
-                ep.done = "context"
-    return [_finish(ep) for ep in eps]
+    with contextlib.ExitStack() as owned:
+        for _, _, env in episodes:
+            owned.callback(env.close)
+        eps = []
+        for task_id, group, env in episodes:
+            messages, tools = env.reset()
+            prompt = encode_prompt(tokenizer, messages, tools)
+            eps.append(_Episode(env, task_id, group, [], prompt))
+            if len(prompt) + params.max_new_tokens > max_context_tokens:  # not even one step fits
+                eps[-1].done = "context"
+        end_of_turn = end_of_turn_id(tokenizer)
+        for step in range(max_steps):
+            active = [ep for ep in eps if not ep.done]
+            if not active:
+                break
+            prompts = [[*(t for turn in ep.turns for t in (*turn.context_ids, *turn.action_ids)), *ep.pending]
+                       for ep in active]
+            completions = backend.generate(prompts, params, (seed * 1_000_033 + step) % 2**63)
+            for ep, prompt, c in zip(active, prompts, completions):
+                ep.turns.append(Turn(ep.pending, c.token_ids, c.logprobs))
+                ep.stopped = c.stopped
+                ep.length = len(prompt) + len(c.token_ids)
+                text = tokenizer.decode(c.token_ids, skip_special_tokens=True)
+                messages = _observe(ep, text)
+                if messages is None:
+                    ep.done = ep.done or ("completed" if TASK_COMPLETED in text else "env_end")
+                    continue
+                # a truncated step, or one that stopped on another stop token, still closes its turn
+                closing = [] if c.token_ids[-1:] == [end_of_turn] else [end_of_turn]
+                ep.pending = closing + continuation_ids(tokenizer, messages, end_of_turn)
+                if ep.length + len(ep.pending) + params.max_new_tokens > max_context_tokens:
+                    ep.done = "context"
+        return [_finish(ep) for ep in eps]
 
 
 def _finish(ep: _Episode) -> Trajectory:
@@ -266,8 +297,6 @@ def _finish(ep: _Episode) -> Trajectory:
     except Exception as err:  # scored as a failure, and said so
         scores = {"reward": 0.0, "score_error": 1.0}
         print(f"warning: scoring {ep.task_id} failed: {type(err).__name__}: {err}", flush=True)
-    finally:
-        ep.env.close()
     steps = len(ep.turns)
     reward = float(scores["reward"])
     metadata = {"stopped": ep.stopped, "ended": ep.done or "step_cap", "steps": steps,
@@ -282,4 +311,6 @@ def _finish(ep: _Episode) -> Trajectory:
         metadata["score_notes"] = notes
     if ep.env_error:
         metadata["env_error"] = ep.env_error
-    return Trajectory(ep.task_id, ep.turns, reward=reward, group=ep.group, metadata=metadata)
+    # An episode whose prompt left no room for a step is its prompt alone: every trajectory has a first turn.
+    turns = ep.turns or [Turn(ep.pending, [], [])]
+    return Trajectory(ep.task_id, turns, reward=reward, group=ep.group, metadata=metadata)

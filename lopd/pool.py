@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from lopd.bank import BankEntry, read_records, write_records
 
@@ -36,10 +36,9 @@ def render_reference(code: str) -> str:
 
 
 def assemble_pool(tasks: Sequence[tuple[str, str]], successes: Sequence[BankEntry],
-                  passing_references: Mapping[str, Sequence[str]], fill_with_references: bool,
-                  render: Callable[[str], str] = render_reference) -> list[Demonstration]:
+                  passing_references: Mapping[str, Sequence[str]], fill_with_references: bool) -> list[Demonstration]:
     """One demonstration per (task_id, task text), in task order: the task's first base-model success, else
-    (when filling) its first reference solution that passed its tests, else none (pure)."""
+    (when filling) its first passing reference, already rendered as an answer, else none (pure)."""
     first_success: dict[str, BankEntry] = {}
     for entry in successes:
         first_success.setdefault(entry.task_id, entry)
@@ -48,8 +47,7 @@ def assemble_pool(tasks: Sequence[tuple[str, str]], successes: Sequence[BankEntr
         if task_id in first_success:
             pool.append(Demonstration(task_id, task, first_success[task_id].response, BASE_MODEL_ROLLOUT))
         elif fill_with_references and passing_references.get(task_id):
-            pool.append(Demonstration(task_id, task, render(passing_references[task_id][0]),
-                                      REFERENCE_SOLUTION))
+            pool.append(Demonstration(task_id, task, passing_references[task_id][0], REFERENCE_SOLUTION))
     return pool
 
 

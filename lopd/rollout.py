@@ -39,9 +39,18 @@ class Rollouts(Protocol):
                  params: SamplingParams, seed: int, rollouts_per_task: int) -> list[Trajectory]: ...
 
 
+_PROBE_MESSAGES = [{"role": "user", "content": "u"}]
+_PROBE_TOOL = {"type": "function", "function": {"name": "probe", "description": "d",
+                                                "parameters": {"type": "object", "properties": {}}}}
+
+
 def supports_tools(tokenizer: PreTrainedTokenizerBase) -> bool:
-    """Whether the chat template renders a `tools=` argument itself (Qwen3, Llama 3, ...)."""
-    return "tools" in (tokenizer.chat_template or "")
+    """Whether the chat template renders a `tools=` argument itself (Qwen3, Llama 3, ...): a tiny conversation
+    rendered with a tool differs from the one without (a template's wording or its names never decide it)."""
+    def render(**kwargs: Any) -> str:
+        return tokenizer.apply_chat_template(_PROBE_MESSAGES, add_generation_prompt=True, tokenize=False, **kwargs)
+
+    return render(tools=[_PROBE_TOOL]) != render()
 
 
 TOOLS_BLOCK = (

@@ -40,6 +40,10 @@ class Trajectory:
     """Set by the method over the whole step (e.g. GRPO's group-normalised reward)."""
     metadata: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if not self.turns:  # the first turn's context is the prompt, which teacher views replace
+            raise ValueError("Trajectory: needs at least one turn")
+
     @property
     def token_ids(self) -> list[int]:
         return [t for turn in self.turns for t in (*turn.context_ids, *turn.action_ids)]

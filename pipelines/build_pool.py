@@ -41,12 +41,14 @@ def agentic_references(cfg, covered) -> tuple[dict[str, list[str]], int]:
     with envscaler.EnvScalerSuite(data.envs, candidates) as suite:
         for task in candidates:
             env = suite.make(task)
-            env.reset()
-            actions = [(ToolCall(c["name"], c["arguments"]), env.call_tool(c["name"], c["arguments"]))
-                       for c in task.ground_truth]
-            if env.score()["reward"] >= 1.0:
-                passing[task.task_id] = [observation_lite(actions)]
-            env.close()
+            try:  # call_tool turns call problems into observations; a failing check scores below 1
+                env.reset()
+                calls = [ToolCall(c["name"], dict(c.get("arguments", {}))) for c in task.ground_truth]
+                actions = [(call, env.call_tool(call.name, call.arguments)) for call in calls]
+                if env.score()["reward"] >= 1.0:
+                    passing[task.task_id] = [observation_lite(actions)]
+            finally:
+                env.close()
     return passing, len(candidates)
 
 
@@ -68,7 +70,7 @@ def main() -> None:
         if cfg.pool.fill_with_references:
             passing, tried = (agentic_references(cfg, covered) if args.domain == "agentic"
                               else coding_references(cfg, coding_training_tasks(cfg)[0], covered))
-        pool = assemble_pool(tasks, successes, passing, cfg.pool.fill_with_references, render=lambda text: text)
+        pool = assemble_pool(tasks, successes, passing, cfg.pool.fill_with_references)
         users = [m for m in ("sdft", "opsd") if m in cfg.baselines]
         if not pool and users:
             sys.exit(f"error: {stage}: no demonstration for any training task, but {' and '.join(users)} need "

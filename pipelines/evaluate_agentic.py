@@ -9,9 +9,9 @@ from statistics import mean
 
 from evaluation.agentic.acebench.user_simulator import LocalModelUser, OpenAICompatibleUser
 from evaluation.agentic.benchmarks import load_benchmark
-from lopd.loop import BEHAVIOUR_KEYS, policy_dir
+from lopd.loop import policy_dir
 from lopd.models import load_tokenizer
-from lopd.multiturn import run_episodes
+from lopd.multiturn import BEHAVIOUR_KEYS, run_episodes
 from lopd.rollout import make_backend, sampling_params
 from lopd.tracking import Tracker
 from pipelines.common import BASE_MODEL_DIR, DOMAINS, parse_args, write_json
@@ -34,14 +34,17 @@ def user_simulator(cfg):
 
 
 def summarise(trajectories) -> dict:
-    """Benchmark score (mean reward x 100) and the behaviour means over episodes."""
+    """Benchmark score (mean reward x 100) and the behaviour means over episodes. An episode whose scoring
+    failed lacks the benchmark's extra scores and counts 0 there, as in its reward."""
+    if not trajectories:
+        return {"note": "n/a: the benchmark has no tasks", "n_tasks": 0}
     out = {"score": 100 * mean(t.reward for t in trajectories), "reward_mean": mean(t.reward for t in trajectories),
            "n_tasks": len(trajectories)}
     out.update({key: mean(t.metadata[key] for t in trajectories) for key in BEHAVIOUR_KEYS})
     out["tool_calls_mean"] = mean(t.metadata["tool_calls"] for t in trajectories)
     for key in EXTRA_SCORES:
-        if key in trajectories[0].metadata["scores"]:
-            out[key] = 100 * mean(t.metadata["scores"][key] for t in trajectories)
+        if any(key in t.metadata["scores"] for t in trajectories):
+            out[key] = 100 * mean(t.metadata["scores"].get(key, 0.0) for t in trajectories)
     ends = [t.metadata["ended"] for t in trajectories]
     out["ended"] = {reason: ends.count(reason) for reason in sorted(set(ends))}
     return out
@@ -55,7 +58,8 @@ def main() -> None:
     with Tracker(cfg, f"eval_agentic@{args.method}") as tracker:
         tokenizer = load_tokenizer(model_dir)
         backend = make_backend(model_dir, tokenizer, cfg, cfg.eval.batch_size)
-        user = user_simulator(cfg)
+        # Only ACEBench multi-turn talks to a simulated user; a local one is a second model in memory.
+        user = user_simulator(cfg) if "acebench_multi_turn" in a.benchmarks else None
         params = sampling_params(cfg, a.max_step_tokens)
         for name in a.benchmarks:
             start = time.perf_counter()
@@ -63,7 +67,7 @@ def main() -> None:
                        "task_limit": a.task_limit}
             try:
                 bench = load_benchmark(cfg, name, user)
-            except (OSError, ValueError) as err:  # data not available: say so in the table, run the rest
+            except (OSError, ValueError, ImportError) as err:  # data or package missing: say so, run the rest
                 summary["note"] = f"n/a: {str(err).splitlines()[0]}"
                 trajectories = []
             else:
@@ -81,7 +85,7 @@ def main() -> None:
             metrics_path = domain.metrics / "eval" / args.method / f"{name}.json"
             write_json(metrics_path, summary)
             write_json(domain.results / "eval" / args.method / f"{name}.json", {"summary": summary, "episodes": [
-                {"task_id": t.task_id, "reward": t.reward, **{k: v for k, v in t.metadata.items()}}
+                {"task_id": t.task_id, "reward": t.reward, **t.metadata}
                 for t in trajectories]})
             tracker.log_metrics({f"{name}.{k}": v for k, v in summary.items() if isinstance(v, (int, float))})
             tracker.log_artifact(metrics_path)

@@ -84,6 +84,34 @@ def test_load_errors(tmp_path):
         load_acebench("normal", tmp_path)
 
 
+TASK_ROW = {"id": "agent_multi_step_0", "question": "Turn on the wifi.", "function": [],
+            "involved_classes": ["BaseApi"], "initial_config": {}}
+ANSWER_ROW = {"id": "agent_multi_step_0", "ground_truth": [{"BaseApi": {}}], "mile_stone": ["[turn_on_wifi()]"]}
+
+
+@pytest.mark.parametrize("task_lines, answer_lines, message", [
+    ([json.dumps(TASK_ROW), "{oops"], [json.dumps(ANSWER_ROW)], r"multi_step.json: line 2 is not valid JSON"),
+    ([json.dumps(TASK_ROW)], [json.dumps({"ground_truth": []})], r"entry 0 has no string 'id'"),
+    ([json.dumps({k: v for k, v in TASK_ROW.items() if k != "id"})], [json.dumps(ANSWER_ROW)],
+     r"data_agent_multi_step.json: entry 0 \(None\): missing field 'id'"),
+    ([json.dumps({**TASK_ROW, "id": "agent_multi_step_9"})], [json.dumps(ANSWER_ROW)], r"no answer in"),
+    ([json.dumps(TASK_ROW)], [json.dumps({k: v for k, v in ANSWER_ROW.items() if k != "mile_stone"})],
+     r"entry 0 \('agent_multi_step_0'\): missing field 'mile_stone'"),
+    ([json.dumps(TASK_ROW)], [json.dumps({**ANSWER_ROW, "mile_stone": ["[turn_on_wifi(]"]})],
+     r"not valid Python even after repairing quotes"),
+    ([json.dumps({**TASK_ROW, "involved_classes": ["Spaceship"]})], [json.dumps(ANSWER_ROW)],
+     r"unknown ACEBench class name 'Spaceship'"),
+    ([json.dumps({**TASK_ROW, "function": 3})], [json.dumps(ANSWER_ROW)], r"malformed \(TypeError"),
+])
+def test_malformed_data_raises_one_line_value_errors_naming_the_file(tmp_path, task_lines, answer_lines, message):
+    (tmp_path / "possible_answer").mkdir()
+    (tmp_path / "data_agent_multi_step.json").write_text("\n".join(task_lines) + "\n")
+    (tmp_path / "possible_answer" / "data_agent_multi_step.json").write_text("\n".join(answer_lines) + "\n")
+    with pytest.raises(ValueError, match=message) as err:
+        load_acebench("multi_step", tmp_path)
+    assert "\n" not in str(err.value)
+
+
 def test_milestone_parsing_repairs_quotes_and_never_evaluates():
     [call] = parse_calls("[add_food_delivery_order(username='Eve', merchant_name='Domino's', "
                          "items=[{'product': 'Super Supreme', 'quantity': 1}])] ")
@@ -365,6 +393,19 @@ def test_multi_turn_ends_on_task_completed_and_on_simulator_failure():
     env.reset()
     assert env.reply("How can I help?") is None
     assert env.score()["simulator_error"] == 1.0 and "endpoint down" in env.simulator_error
+
+
+def test_a_simulator_failing_at_reset_ends_the_episode_instead_of_raising():
+    def down(messages):
+        raise ConnectionError("endpoint down")
+
+    env = ACEEnvironment(synthetic_task("multi_turn"), user_simulator=down)
+    messages, tools = env.reset()
+    assert messages[1] == {"role": "user", "content": ""} and tools
+    assert env.call_tool("turn_on_wifi", {}).startswith("Error: the episode is over")
+    assert env.reply("Hello?") is None
+    assert env.score() == {"reward": 0.0, "end_to_end": 0.0, "process": 0.0, "simulator_error": 1.0}
+    assert env.simulator_error == "ConnectionError: endpoint down"
 
 
 # ---------------------------------------------------------------- process accuracy

@@ -14,7 +14,7 @@ from lopd.config import ConfigError, resolve
 from lopd.loop import MethodInputError, train
 from lopd.models import load_model
 from lopd.pool import (BASE_MODEL_ROLLOUT, POOL_FILE, REFERENCE_SOLUTION, Demonstration, assemble_pool, load_pool,
-                       write_pool)
+                       render_reference, write_pool)
 from lopd.retrieval import QUERIES_FILE, TextEmbedder, query_text, save_vectors
 from lopd.rollout import Task, single_turn
 from lopd.skills import Skill, ucb1_choice
@@ -127,7 +127,8 @@ def test_ucb1_choice_matches_brute_force():
 def test_pool_prefers_base_model_successes_then_passing_references():
     tasks = [("a", "A"), ("b", "B"), ("c", "C"), ("d", "D")]
     successes = [BankEntry("b", "B", "x", "first b", 1.0), BankEntry("b", "B", "y", "second b", 1.0)]
-    pool = assemble_pool(tasks, successes, {"a": ["print(1)"], "b": ["print(2)"], "d": []}, fill_with_references=True)
+    references = {"a": [render_reference("print(1)")], "b": [render_reference("print(2)")], "d": []}
+    pool = assemble_pool(tasks, successes, references, fill_with_references=True)
     assert [(d.task_id, d.source, d.text) for d in pool] == [
         ("a", REFERENCE_SOLUTION, "```python\nprint(1)\n```"), ("b", BASE_MODEL_ROLLOUT, "first b")]
     assert [d.task_id for d in assemble_pool(tasks, successes, {"a": ["print(1)"]}, False)] == ["b"]

@@ -6,15 +6,20 @@ Needs the BFCL v3 data in <shared>/bfcl_v3 (shared dir: $LOPD_SHARED_DATA, else 
 
 from __future__ import annotations
 
+import decimal
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
-from evaluation.agentic.bfcl import (
+multi_turn_utils = pytest.importorskip("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils")
+mpmath = pytest.importorskip("mpmath")
+
+from evaluation.agentic.bfcl import (  # noqa: E402  (after the skip when bfcl-eval is not installed)
     BFCL_CLASSES,
     BFCL_SUBSETS,
     KNOWN_INVALID_GROUND_TRUTH,
@@ -94,16 +99,16 @@ def test_wrong_and_partial_sequences_score_zero(subsets):
     changed[0][0] = (name, {key: f"{value}_x" if isinstance(value, str) else value for key, value in arguments.items()})
     assert run(entry, changed)[1]["reward"] == 0.0
 
-    env, score = run(entry, truth, finish=False)
+    _, score = run(entry, truth, finish=False)
     assert score["reward"] == 0.0 and score["turns_completed"] == len(truth) - 1
-    assert env.failure().startswith("multi_turn:force_terminated")
+    assert score["invalid_reason"].startswith("multi_turn:force_terminated")
 
     all_first = [[call for turn in truth for call in turn]] + [[] for _ in truth[1:]]
     assert run(entry, all_first)[1]["reward"] == 0.0
 
     assert truth[1]
-    env, score = run(entry, [truth[0], [], *truth[2:]])
-    assert score["reward"] == 0.0 and env.failure().startswith("multi_turn:empty_turn_model_response")
+    _, score = run(entry, [truth[0], [], *truth[2:]])
+    assert score["reward"] == 0.0 and score["invalid_reason"].startswith("multi_turn:empty_turn_model_response")
 
     assert run(entry, [[] for _ in truth])[1]["reward"] == 0.0
 
@@ -129,8 +134,9 @@ def test_protocol_turns_and_messages(subsets):
     assert env.reply("ok") is None and env.reply("ok") is None
     assert env.call_tool("ls", {}).startswith("Error: the episode is over")
     score = env.score()
-    assert set(score) >= {"reward", "valid", "turns_completed", "num_turns", "tool_calls", "rejected_calls"}
-    assert all(isinstance(v, float) for v in score.values())
+    numeric = {"reward", "valid", "turns_completed", "num_turns", "tool_calls", "rejected_calls"}
+    assert set(score) == numeric | {"invalid_reason"}  # no calls at all: invalid, and the reason is given
+    assert all(isinstance(score[key], float) for key in numeric) and isinstance(score["invalid_reason"], str)
 
     messages, _ = BFCLEnvironment(entry, system_prompt="Use the tools.").reset()
     assert messages[0] == {"role": "system", "content": "Use the tools."}
@@ -197,7 +203,7 @@ def test_hostile_calls_are_observations_and_leave_the_episode_valid(subsets):
             env.call_tool(name, arguments)
         env.reply("ok")
     score = env.score()
-    assert score["reward"] == 1.0, env.failure()
+    assert score["reward"] == 1.0 and "invalid_reason" not in score, score.get("invalid_reason")
     assert score["rejected_calls"] == len(HOSTILE) * len(entry.ground_truth)
 
 
@@ -209,6 +215,21 @@ def test_resource_guards(subsets):
     assert "limited" in env.call_tool("logarithm", {"value": 2, "base": 10, "precision": 10**9})
     assert json.loads(env.call_tool("power", {"base": 2, "exponent": 10}))["result"] == 1024
     assert env.call_tool("power", {"base": 10, "exponent": 10_000}).startswith("Error during execution")
+    # mpmath reads a precision with int(): a numeric string is limited by its number, not waved through
+    assert "limited" in env.call_tool("logarithm", {"value": 2, "base": 10, "precision": "100000000"})
+    assert "limited" in env.call_tool("logarithm", {"value": 2, "base": 10, "precision": " 1_000_000 "})
+
+
+def test_precisions_set_by_math_tools_do_not_leak(subsets):
+    entry = next(e for e in subsets["base"] if "MathAPI" in e.involved_classes)
+    env = BFCLEnvironment(entry)
+    env.reset()
+    before = mpmath.mp.prec, decimal.getcontext().prec
+    as_number = env.call_tool("logarithm", {"value": 2, "base": 10, "precision": 40})
+    assert "mpf('0.301029995663981195213738894724493" in as_number  # printed at the precision it asked for
+    assert env.call_tool("logarithm", {"value": 2, "base": 10, "precision": "40"}) == as_number  # as before
+    assert "1.41421356237309504880" in env.call_tool("square_root", {"number": 2, "precision": 50})
+    assert (mpmath.mp.prec, decimal.getcontext().prec) == before
 
 
 def test_argument_text_is_never_executed_by_the_checker(subsets, tmp_path):
@@ -242,10 +263,53 @@ def test_load_errors_name_the_path(tmp_path):
     assert len(load_bfcl("miss_param", DATA_DIR, limit=3)) == 3
 
 
+def write_subset(directory: Path, questions: list[str], answers: list[str]) -> Path:
+    """A base-subset data dir with these raw lines (the real function docs)."""
+    (directory / "possible_answer").mkdir(parents=True)
+    (directory / "multi_turn_func_doc").symlink_to(DATA_DIR / "multi_turn_func_doc")
+    (directory / "BFCL_v3_multi_turn_base.json").write_text("\n".join(questions) + "\n")
+    (directory / "possible_answer" / "BFCL_v3_multi_turn_base.json").write_text("\n".join(answers) + "\n")
+    return directory
+
+
+ROW = {"id": "multi_turn_base_0", "question": [[{"role": "user", "content": "List the files."}]],
+       "initial_config": {}, "involved_classes": ["GorillaFileSystem"]}
+ANSWER = {"id": "multi_turn_base_0", "ground_truth": [["ls()"]]}
+
+
+@pytest.mark.parametrize("questions, answers, message", [
+    ([json.dumps(ROW), "{oops"], [json.dumps(ANSWER)], r"multi_turn_base.json: line 2 is not valid JSON"),
+    ([json.dumps(ROW)], ["[1, 2]"], r"possible_answer/BFCL_v3_multi_turn_base.json: line 1 is a JSON list"),
+    ([json.dumps(ROW)], [json.dumps({"id": "multi_turn_base_0"})], r"entry 0 lacks a string 'id' or 'ground_truth'"),
+    ([json.dumps({k: v for k, v in ROW.items() if k != "id"})], [json.dumps(ANSWER)],
+     r"multi_turn_base.json: entry 0 \(None\): missing field 'id'"),
+    ([json.dumps({k: v for k, v in ROW.items() if k != "question"})], [json.dumps(ANSWER)],
+     r"entry 0 \('multi_turn_base_0'\): missing field 'question'"),
+    ([json.dumps({**ROW, "question": "List the files."})], [json.dumps(ANSWER)], r"'question' must be a list"),
+    ([json.dumps({**ROW, "involved_classes": 5})], [json.dumps(ANSWER)], r"malformed \(TypeError"),
+    ([json.dumps(ROW)], [json.dumps({**ANSWER, "ground_truth": [["ls("]]})], r"not a call"),
+])
+def test_malformed_data_raises_one_line_value_errors_naming_the_file(tmp_path, questions, answers, message):
+    data_dir = write_subset(tmp_path, questions, answers)
+    with pytest.raises(ValueError, match=message) as err:
+        load_bfcl("base", data_dir)
+    assert "\n" not in str(err.value)
+    assert len(load_bfcl("base", write_subset(tmp_path / "good", [json.dumps(ROW)], [json.dumps(ANSWER)]))) == 1
+
+
+def test_a_missing_bfcl_eval_package_is_a_one_line_import_error():
+    code = "import sys; sys.modules['bfcl_eval'] = None; import evaluation.agentic.bfcl"
+    result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
+                            capture_output=True, text=True, timeout=120)
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert result.returncode != 0 and last_line.startswith("ImportError: BFCL needs the pinned bfcl-eval package")
+    assert last_line.endswith("install it with scripts/setup.sh")
+
+
 def test_ground_truth_is_parsed_not_evaluated():
     assert parse_call("sort('final_report.pdf')") == ("sort", ["final_report.pdf"], {})
     assert parse_call("f(a=[1, {'b': None}], c=-2.5)") == ("f", [], {"a": [1, {"b": None}], "c": -2.5})
-    for text in ("__import__('os').getcwd()", "f(x=g())", "f(**{'a': 1})", "f(x=y)"):
+    for text in ("__import__('os').getcwd()", "f(x=g())", "f(**{'a': 1})", "f(x=y)", "f(x=", "1 +"):
         with pytest.raises(ValueError):
             parse_call(text)
 

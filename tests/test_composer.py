@@ -95,6 +95,36 @@ def test_gradient_reaches_lora_and_qformer_and_not_the_backbone(composer, tokeni
     assert backbone and all(not named[n].requires_grad and named[n].grad is None for n in backbone)
 
 
+def test_checkpointed_teacher_gives_the_plain_gradients(tiny_model_dir, tokenizer):
+    """The teacher's layers are recomputed in backward after the adapter is back on; their recomputation must
+    switch it off again, so gradients equal those of a composer that keeps every activation."""
+    grads = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        composer = Composer(load_model(tiny_model_dir), tokenizer,
+                            ComposerConfig(qformer_layers=2, max_item_tokens=64, activation_checkpointing=checkpointing),
+                            latent_tokens=4)
+        with torch.no_grad():  # a live adapter: recomputing the teacher with it on would change the gradients
+            for name, p in composer.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(std=0.5)
+        loss, _ = _tiny_teacher_loss(composer, tokenizer)
+        loss.backward()
+        grads.append({n: p.grad.clone() for n, p in composer.named_parameters() if p.grad is not None})
+    plain, checkpointed = grads
+    assert plain.keys() == checkpointed.keys() and any("lora_" in n for n in plain)
+    for name in plain:
+        assert torch.allclose(plain[name], checkpointed[name], rtol=1e-4, atol=1e-7), name
+
+
+def test_teacher_without_trainable_latents_builds_no_graph(composer, tokenizer):
+    actions = tokenizer("print(1)", add_special_tokens=False)["input_ids"]
+    batch, starts = teacher_batch(tokenizer, [Trajectory("t", [Turn([], actions, [0.0] * len(actions))])],
+                                  [MESSAGES], FRAMINGS["coding"], [0], tokenizer.pad_token_id)
+    hidden = composer.teacher_hidden(batch, [torch.zeros(0, composer.backbone.config.hidden_size)], starts)
+    assert not hidden.requires_grad
+
+
 def test_adapter_is_on_only_while_encoding(composer, tokenizer):
     actions = tokenizer("print(1)", add_special_tokens=False)["input_ids"]
     batch, starts = teacher_batch(tokenizer, [Trajectory("t", [Turn([], actions, [0.0] * len(actions))])],

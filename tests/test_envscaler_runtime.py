@@ -226,15 +226,16 @@ def test_environments_sharing_a_worker_are_independent(suite):
 # -- hostile or broken dataset code --------------------------------------------
 
 
-def test_forbidden_imports_at_module_level_fail_the_environment_not_the_host(worker):
-    env_item, tasks = bank_items("import os\nos.system('touch /tmp/pwned')\n" + BANK_CODE)
+def test_forbidden_imports_at_module_level_fail_the_environment_not_the_host(worker, tmp_path):
+    marker = tmp_path / "pwned"
+    env_item, tasks = bank_items(f"import os\nos.system('touch {marker}')\n" + BANK_CODE)
     env = EnvScalerEnvironment(env_item, tasks[0], worker)
     messages, tools = env.reset()  # the episode can still start
     assert len(messages) == 2 and len(tools) == 4
     observation = env.call_tool("get_balance", {"account_id": "alice"})
     assert observation.startswith("Error: the environment failed to start") and "'os' is not allowed" in observation
     assert env.score() == {"reward": 0.0, "checks_passed": 0, "checks_total": 3}
-    assert not Path("/tmp/pwned").exists()
+    assert not marker.exists()
 
 
 HOSTILE_METHODS = '''
@@ -242,7 +243,7 @@ HOSTILE_METHODS = '''
         return open("/etc/passwd").read()
 
     def shell(self) -> int:
-        return __import__("subprocess").call(["touch", "/tmp/pwned"])
+        return __import__("subprocess").call(["touch", "{marker}"])
 
     def sneaky_eval(self) -> int:
         return eval("1 + 1")
@@ -264,15 +265,17 @@ HOSTILE_TOOLS = ["read_secrets", "shell", "sneaky_eval", "chatty", "hog_memory"]
     ("chatty", '"ok"'),
     ("hog_memory", "MemoryError"),
 ])
-def test_hostile_tools_become_error_observations(worker, tool, expected):
-    env_item, tasks = items_from_dicts([{**ENVS[0], "env_class_code": BANK_CODE + HOSTILE_METHODS,
+def test_hostile_tools_become_error_observations(worker, tmp_path, tool, expected):
+    marker = tmp_path / "pwned"
+    code = BANK_CODE + HOSTILE_METHODS.replace("{marker}", str(marker))
+    env_item, tasks = items_from_dicts([{**ENVS[0], "env_class_code": code,
                                          "tools": TOOLS + [{"name": n} for n in HOSTILE_TOOLS]}], TASKS)
     env = EnvScalerEnvironment(env_item["bank"], tasks[0], worker)
     env.reset()
     assert expected in env.call_tool(tool, {})
     assert env.call_tool("deposit", {"account_id": "alice", "amount": 50}) == '{"success": true, "balance": 150}'
     assert env.score()["reward"] == 1.0
-    assert not Path("/tmp/pwned").exists() and worker.restarts == 0
+    assert not marker.exists() and worker.restarts == 0
 
 
 def test_hostile_or_broken_check_functions_count_as_failed(worker):
@@ -333,12 +336,11 @@ LOOPING_METHODS = '''
 '''
 
 
-def looping_bank(worker, count: int = 1, code_extra: str = "", tools_extra: tuple[str, ...] = (),
-                 init_extra: dict | None = None) -> list[EnvScalerEnvironment]:
+def looping_bank(worker, count: int = 1, code_extra: str = "",
+                 tools_extra: tuple[str, ...] = ()) -> list[EnvScalerEnvironment]:
     tools = TOOLS + [{"name": name} for name in ("spin", "stubborn", *tools_extra)]
-    tasks = [{**TASKS[0], "init_config": {**INIT, **(init_extra or {})}}]
     envs, tasks = items_from_dicts([{**ENVS[0], "env_class_code": BANK_CODE + LOOPING_METHODS + code_extra,
-                                     "tools": tools}], tasks)
+                                     "tools": tools}], TASKS[:1])
     environments = [EnvScalerEnvironment(envs["bank"], tasks[0], worker) for _ in range(count)]
     for env in environments:
         env.reset()
@@ -348,9 +350,8 @@ def looping_bank(worker, count: int = 1, code_extra: str = "", tools_extra: tupl
 def test_an_infinite_loop_times_out_and_the_environment_keeps_its_state(worker):
     (env,) = looping_bank(worker)
     env.call_tool("deposit", {"account_id": "alice", "amount": 20})
-    start = time.monotonic()
     assert env.call_tool("spin", {}) == "Error: tool 'spin' timed out after 0.5 s"
-    assert time.monotonic() - start < 1.4 and worker.restarts == 0  # the worker's own timer, no kill
+    assert worker.restarts == 0  # the worker's own timer, no kill
     assert env.call_tool("deposit", {"account_id": "alice", "amount": 30}) == '{"success": true, "balance": 150}'
     assert env.score()["reward"] == pytest.approx(2 / 3)  # alice 150 and bob untouched, but two transactions
     env.close()
@@ -369,14 +370,15 @@ def test_a_loop_that_swallows_the_timer_is_killed_and_neighbours_are_rebuilt(wor
 
 def test_a_neighbour_that_cannot_be_rebuilt_faithfully_is_marked_lost(worker):
     expiring = '''
-    def touch(self) -> str:
+    def touch(self, until: float) -> str:
         import time
-        if time.time() > self.expires_at:
+        if time.time() > until:
             raise RuntimeError("expired")
         return "fresh"
 '''
-    hanging, expiring_env = looping_bank(worker, 2, expiring, ("touch",), {"expires_at": time.time() + 0.3})
-    assert expiring_env.call_tool("touch", {}) == '"fresh"'
+    hanging, expiring_env = looping_bank(worker, 2, expiring, ("touch",))
+    # the deadline is set once the worker is up, so a slow start cannot expire it early
+    assert expiring_env.call_tool("touch", {"until": time.time() + 1.0}) == '"fresh"'
     hanging.call_tool("stubborn", {})  # >= 1.5 s: replaying `touch` now raises, so the rebuild differs
     observation = expiring_env.call_tool("get_balance", {"account_id": "alice"})
     assert observation.startswith("Error: the environment's state was lost")
@@ -395,18 +397,84 @@ def test_worker_imports_only_the_standard_library():
     assert imported <= set(sys.stdlib_module_names)
 
 
-def test_worker_starts_fast_unprivileged_and_exits_with_its_host(worker):
+def test_worker_starts_unprivileged_and_exits_with_its_host(worker):
     env_item, tasks = bank_items()
-    start = time.monotonic()
     EnvScalerEnvironment(env_item, tasks[0], worker).reset()
-    assert time.monotonic() - start < 1.0  # typically ~30 ms; lenient for a loaded machine
     proc = worker._proc
-    if os.geteuid() == 0 and es._uid_drop:
-        with open(f"/proc/{proc.pid}/status") as f:
-            uid_line = next(line for line in f if line.startswith("Uid:"))
-        assert uid_line.split()[1] != "0"
+    if os.geteuid() == 0:
+        assert worker_uid(proc) != 0
     proc.stdin.close()  # what the kernel does when the host dies
     assert proc.wait(timeout=5) == 0
+
+
+def worker_uid(proc) -> int:
+    with open(f"/proc/{proc.pid}/status") as f:
+        return int(next(line for line in f if line.startswith("Uid:")).split()[1])
+
+
+def start_bank(worker) -> EnvScalerEnvironment:
+    env_item, tasks = bank_items()
+    env = EnvScalerEnvironment(env_item, tasks[0], worker)
+    env.reset()
+    return env
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the uid drop only exists on a root host")
+def test_a_root_host_without_setpriv_refuses_to_run_dataset_code(worker, monkeypatch):
+    monkeypatch.setattr(es, "_SETPRIV", None)
+    with pytest.raises(es.WorkerError, match="setpriv"):
+        worker.create(BANK_CODE, "Bank", INIT)
+    assert "setpriv` is missing" in start_bank(worker).call_tool("get_balance", {"account_id": "alice"})
+
+
+def test_a_greeting_with_the_wrong_uid_is_refused(worker, monkeypatch):
+    monkeypatch.setattr(es, "_sandbox_prefix", lambda: ([], os.getuid() + 1))
+    with pytest.raises(es.WorkerError, match="did not start"):
+        worker.create(BANK_CODE, "Bank", INIT)
+
+
+def test_a_slow_start_is_retried_without_weakening_isolation(worker, monkeypatch):
+    monkeypatch.setattr(es, "_START_ATTEMPTS", (0.0, 20.0))  # the first try cannot be in time
+    env = start_bank(worker)
+    assert env.call_tool("get_balance", {"account_id": "alice"}) == '{"success": true, "balance": 100}'
+    if os.geteuid() == 0:
+        assert worker_uid(worker._proc) != 0
+
+
+def test_workers_run_without_network(worker):
+    if not es._network_namespace():
+        pytest.skip("unshare --net is not available here")
+    start_bank(worker)
+    assert os.readlink(f"/proc/{worker._proc.pid}/ns/net") != os.readlink("/proc/self/ns/net")
+
+
+@pytest.mark.parametrize("written", ["b'garbage\\n'", "b'x' * (9 << 20)"])  # the second: over the 8 MiB cap
+def test_garbage_on_the_protocol_is_an_invalid_response_not_a_timeout(worker, written):
+    scribble = f'''
+    def scribble(self) -> str:
+        import random
+        random._os.write(1, {written})  # reachable, see the worker's docstring
+        return "ok"
+'''
+    (env,) = looping_bank(worker, code_extra=scribble, tools_extra=("scribble",))
+    observation = env.call_tool("scribble", {})
+    assert observation == "Error: the environment worker sent an invalid response and was restarted"
+    assert worker.restarts == 1
+    assert env.call_tool("get_balance", {"account_id": "alice"}) == '{"success": true, "balance": 100}'
+
+
+def test_a_timer_firing_while_an_error_is_formatted_is_a_timeout_not_a_crash(worker):
+    code = '''
+    def bad_error(self) -> None:
+        class Endless(Exception):
+            def __str__(self):
+                while True:
+                    pass
+        raise Endless()
+'''
+    (env,) = looping_bank(worker, code_extra=code, tools_extra=("bad_error",))
+    assert env.call_tool("bad_error", {}) == "Error: tool 'bad_error' timed out after 0.5 s"
+    assert worker.restarts == 0
 
 
 def test_suite_spreads_environments_over_workers_and_closes_them():

@@ -42,6 +42,16 @@ def test_grpo_updates_weights_and_resume_equals_uninterrupted_run(tiny_model_dir
     AutoModelForCausalLM.from_pretrained(tmp_path / "a" / "model")
 
 
+def test_activation_checkpointing_gives_the_same_weights(tiny_model_dir, tmp_path):
+    for checkpointing in (True, False):
+        cfg = resolve({"profile": "smoke", "train": {"steps": 1, "activation_checkpointing": checkpointing}})
+        train(cfg, GRPO(cfg.grpo), TASKS, single_turn(_score), tiny_model_dir, tmp_path / str(checkpointing))
+    on, off = _weights(tmp_path / "True"), _weights(tmp_path / "False")
+    base = load_file(str(tiny_model_dir / "model.safetensors"))
+    assert any(not torch.equal(on[k], base[k]) for k in on)
+    assert all(torch.equal(on[k], off[k]) for k in on)
+
+
 def test_changed_config_does_not_resume_stale_state(tiny_model_dir, tmp_path, capsys):
     train(_cfg(1), GRPO(_cfg(1).grpo), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "c")
     other = resolve({"profile": "smoke", "seed": 5, "train": {"steps": 1, "save_every": 1}})

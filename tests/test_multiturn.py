@@ -1,18 +1,28 @@
 """The multi-turn driver: tool-call parsing, token-in/token-out episodes, action masks, error observations,
 episode ends, and a fuzz test over generated model outputs."""
 
+import itertools
 import json
+import math
 
+import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from baselines import opsd, sdft, skill_sd
 from baselines.grpo import GRPO
-from lopd.config import resolve
+from lopd import multiturn
+from lopd.config import PROFILES, ConfigError, resolve
 from lopd.loop import train
-from lopd.multiturn import (TASK_COMPLETED, multi_turn, observation_lite, parse_step, run_episodes)
+from lopd.models import load_tokenizer
+from lopd.multiturn import (BEHAVIOUR_KEYS, TASK_COMPLETED, ParsedStep, continuation_ids, end_of_turn_id, multi_turn,
+                            observation_lite, parse_step, run_episodes)
+from lopd.pool import BASE_MODEL_ROLLOUT, POOL_FILE, Demonstration, write_pool
+from lopd.retrieval import QUERIES_FILE, TextEmbedder, save_vectors
 from lopd.rollout import Task, encode_prompt, make_backend
 from lopd.sampling import Completion, SamplingParams
-from lopd.trajectory import collate
+from lopd.trajectory import Turn, collate, with_prompt
 
 TOOLS = [{"type": "function", "function": {"name": "add", "description": "Add n to the counter.",
                                            "parameters": {"type": "object", "properties": {"n": {"type": "integer"}},
@@ -58,13 +68,15 @@ class CounterEnv:
 class ScriptedBackend:
     """Returns scripted texts in order (one list per episode), recording every prompt it was given."""
 
-    def __init__(self, tokenizer, scripts, stop=True):
+    def __init__(self, tokenizer, scripts, stop=True, stop_id=None):
         self.tokenizer, self.scripts, self.stop = tokenizer, [list(s) for s in scripts], stop
-        self.prompts = []
+        self.stop_id = tokenizer.eos_token_id if stop_id is None else stop_id
+        self.prompts, self.seeds = [], []
         self.stats = {"prefill_s": 0.0, "decode_s": 0.0}
 
     def generate(self, prompts, params, seed):
         self.prompts.append([list(p) for p in prompts])
+        self.seeds.append(seed)
         out = []
         for _ in prompts:
             script = next(s for s in self.scripts if s is not None)
@@ -73,7 +85,7 @@ class ScriptedBackend:
                 self.scripts[self.scripts.index(script)] = None
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"][:params.max_new_tokens]
             if self.stop:
-                ids = ids + [self.tokenizer.eos_token_id]
+                ids = ids + [self.stop_id]
             out.append(Completion(ids, [-0.5] * len(ids), self.stop))
         return out
 
@@ -88,7 +100,7 @@ def _call(name, **arguments):
 def test_parse_step_reads_json_calls_and_reports_malformed_ones():
     step = parse_step(f'thinking... {_call("add", n=2)} and {_call("get")}')
     assert [(c.name, c.arguments) for c in step.calls] == [("add", {"n": 2}), ("get", {})]
-    assert parse_step("no call here").has_call_block is False
+    assert parse_step("no call here") == ParsedStep([], [])
     assert parse_step('<tool_call>{"name": "add", "arguments": "{\\"n\\": 1}"}</tool_call>').calls[0].arguments == {"n": 1}
     for bad in ('<tool_call>{"name": "add", "arguments": [1]}</tool_call>', "<tool_call>add(n=1)</tool_call>",
                 '<tool_call>{"arguments": {}}</tool_call>', '<tool_call>["add"]</tool_call>',
@@ -166,6 +178,179 @@ def test_real_model_episodes_are_batched_and_train_with_grpo(tiny_model_dir, tok
     assert step["steps"] <= 2
 
 
+def _ids(tokenizer, text):
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def test_behaviour_metadata_of_a_scripted_episode(tokenizer):
+    script = [_call("add", n=1), _call("add", n=1), "<tool_call>oops</tool_call>", _call("get") + _call("add", n=5),
+              "All done. " + TASK_COMPLETED]
+    (traj,) = run_episodes(ScriptedBackend(tokenizer, [script]), tokenizer, [("t", 0, CounterEnv(target=2))], PARAMS,
+                           0, max_steps=10, max_context_tokens=10_000)
+    # add (count 1), the same add again (count 2, a repeat), a malformed block, get + add (only get runs), done
+    assert traj.reward == 1.0
+    assert {k: traj.metadata[k] for k in (*BEHAVIOUR_KEYS, "tool_calls", "ended")} == {
+        "steps": 5, "tool_calls": 4, "invalid_calls": 1, "repeated_calls": 1, "tool_calls_per_step": 4 / 5,
+        "first_step_tokens": len(_ids(tokenizer, _call("add", n=1))) + 1,  # + the stop token <|im_end|>
+        "reward_per_tool_call": 1.0 / 4, "ended": "completed"}
+
+
+@pytest.mark.parametrize("stop", [True, False])
+def test_chatml_episode_tokens_are_the_recorded_ones(tokenizer, stop):
+    """SmolLM2 (ChatML, eos = end of turn = <|im_end|> = 2): a stopped step ends with 2 and gets nothing more,
+    a truncated one gets 2, and the tool turn is the template's text after <|im_end|>, tokenised on its own."""
+    assert end_of_turn_id(tokenizer) == tokenizer.eos_token_id == 2
+    backend = ScriptedBackend(tokenizer, [[_call("get"), TASK_COMPLETED]], stop=stop)
+    (traj,) = run_episodes(backend, tokenizer, [("t", 0, CounterEnv())], PARAMS, 0, 5, 10_000)
+    messages, tools = CounterEnv().reset()
+    assert traj.token_ids == (encode_prompt(tokenizer, messages, tools) + _ids(tokenizer, _call("get")) + [2]
+                              + _ids(tokenizer, '\n<|im_start|>tool\n{"count": 0}<|im_end|>\n<|im_start|>assistant\n')
+                              + _ids(tokenizer, TASK_COMPLETED) + ([2] if stop else []))
+    assert (traj.turns[1].context_ids[0] == 2) is not stop  # the <|im_end|> is sampled, or added after truncation
+    for messages, text in [([{"role": "user", "content": "next"}], "\n<|im_start|>user\nnext<|im_end|>\n"),
+                           ([{"role": "tool", "content": "r"}, {"role": "user", "content": "u"}],
+                            "\n<|im_start|>tool\nr<|im_end|>\n<|im_start|>user\nu<|im_end|>\n")]:
+        assert continuation_ids(tokenizer, messages, 2) == _ids(tokenizer, text + "<|im_start|>assistant\n")
+
+
+ENDOFTEXT_TEMPLATE = ("{% for m in messages %}"
+                      "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|endoftext|>\\n' }}{% endfor %}"
+                      "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+@pytest.mark.parametrize("stop_id,closing", [(0, []), (2, [0]), (None, [0])], ids=["end-of-turn", "eos", "truncated"])
+def test_end_of_turn_comes_from_the_template_not_from_eos(tiny_model_dir, stop_id, closing):
+    """A template that closes turns with <|endoftext|> (0) while eos is <|im_end|> (2), as Qwen3 stops on either:
+    the context holds the template's end of turn exactly once, whichever token the step stopped on."""
+    tok = load_tokenizer(tiny_model_dir)
+    tok.chat_template = ENDOFTEXT_TEMPLATE
+    assert end_of_turn_id(tok) == 0 and tok.eos_token_id == 2
+    backend = ScriptedBackend(tok, [[_call("get"), TASK_COMPLETED]], stop=stop_id is not None, stop_id=stop_id)
+    (traj,) = run_episodes(backend, tok, [("t", 0, CounterEnv())], PARAMS, 0, 5, 10_000)
+    assert traj.turns[1].context_ids == closing + _ids(
+        tok, '\n<|im_start|>tool\n{"count": 0}<|endoftext|>\n<|im_start|>assistant\n')
+
+
+def test_seeds_stay_in_range_for_huge_seeds_and_unchanged_for_small_ones(tokenizer):
+    seeds = {}
+    for seed in (7, 2**64 - 1):
+        backend = ScriptedBackend(tokenizer, [[_call("get"), _call("get")]])
+        run_episodes(backend, tokenizer, [("t", 0, CounterEnv())], PARAMS, seed, 2, 10_000)
+        seeds[seed] = backend.seeds
+    assert seeds[7] == [7 * 1_000_033, 7 * 1_000_033 + 1]
+    for s in seeds[2**64 - 1]:
+        assert 0 <= s < 2**63
+        torch.Generator().manual_seed(s)  # what HFBackend does with it (raises past 2**64 - 1)
+
+
+class ClosingEnv(CounterEnv):
+    def __init__(self, fail_reset=False):
+        super().__init__()
+        self.fail_reset, self.closes = fail_reset, 0
+
+    def reset(self):
+        if self.fail_reset:
+            raise RuntimeError("reset failed")
+        return super().reset()
+
+    def close(self):
+        self.closes += 1
+
+
+class FailingBackend:
+    stats = {"prefill_s": 0.0, "decode_s": 0.0}
+
+    def generate(self, prompts, params, seed):
+        raise RuntimeError("backend failed")
+
+
+def _fail(*args):
+    raise RuntimeError("template failed")
+
+
+@pytest.mark.parametrize("where", ["make_env", "reset", "generate", "continuation", "nowhere"])
+def test_every_environment_is_closed_exactly_once(tokenizer, monkeypatch, where):
+    envs = []
+
+    def make_env(task):
+        if where == "make_env" and len(envs) == 2:
+            raise RuntimeError("make_env failed")
+        envs.append(ClosingEnv(fail_reset=where == "reset" and len(envs) == 1))
+        return envs[-1]
+
+    if where == "continuation":
+        monkeypatch.setattr(multiturn, "continuation_ids", _fail)
+    backend = FailingBackend() if where == "generate" else ScriptedBackend(tokenizer, [[_call("get")]] * 3)
+    collect = multi_turn(make_env, max_steps=1, max_context_tokens=10_000, max_step_tokens=16)
+    tasks = [Task(f"t{i}", []) for i in range(3)]
+    if where == "nowhere":
+        assert len(collect(backend, tokenizer, tasks, PARAMS, 0, 1)) == 3
+    else:
+        with pytest.raises(RuntimeError, match="failed"):
+            collect(backend, tokenizer, tasks, PARAMS, 0, 1)
+    assert [env.closes for env in envs] == [1] * (2 if where == "make_env" else 3)
+
+
+def test_an_episode_without_room_for_a_step_is_its_prompt_alone(tokenizer):
+    messages, tools = CounterEnv().reset()
+    prompt = encode_prompt(tokenizer, messages, tools)
+    env = CounterEnv()
+    (traj,) = run_episodes(ScriptedBackend(tokenizer, []), tokenizer, [("t", 0, env)], PARAMS, 0, 3,
+                           len(prompt) + PARAMS.max_new_tokens - 1)
+    assert env.closed and traj.metadata["ended"] == "context" and traj.metadata["steps"] == 0
+    assert traj.metadata["first_step_tokens"] == 0 and traj.metadata["tool_calls_per_step"] == 0
+    assert traj.turns == [Turn(prompt, [], [])] and traj.num_action_tokens == 0
+    # what multi-process training does with every trajectory: a teacher's view, collated with the student's
+    teacher = with_prompt(traj, [7, 8])
+    assert teacher.token_ids == [7, 8] and collate([traj, teacher], 0).action_mask_B_T.sum() == 0
+
+
+def test_a_step_must_fit_the_context_budget():
+    for name in PROFILES:
+        cfg = resolve({"profile": name})
+        assert cfg.agentic.max_step_tokens < cfg.agentic.max_context_tokens
+    # judged after the profile: the cpu profile's 64-token steps fit a smaller context the user sets
+    assert resolve({"profile": "cpu", "agentic": {"max_context_tokens": 4096}}).agentic.max_step_tokens == 64
+    with pytest.raises(ConfigError) as err:
+        resolve({"profile": "smoke", "agentic": {"max_step_tokens": 9000}})
+    assert str(err.value).startswith("agentic.max_step_tokens: must be < agentic.max_context_tokens (8192)")
+    assert "\n" not in str(err.value)
+
+
+class FixedRewardEnv(CounterEnv):
+    def __init__(self, reward):
+        super().__init__()
+        self.reward = reward
+
+    def score(self):
+        return {"reward": self.reward}
+
+
+@pytest.mark.parametrize("name", ["sdft", "opsd", "skill_sd"])
+def test_self_distillation_methods_train_on_episodes(name, tiny_model_dir, tmp_path):
+    """One step on two multi-turn episodes: the teacher re-reads whole episodes (tool and user turns masked)."""
+    groups = {g: {"group_size": 2} for g in ("grpo", "sdpo", "skill_sd")}
+    cfg = resolve({"profile": "smoke", "train": {"steps": 1, "rollouts_per_step": 2}, **groups})
+    tasks = [Task(f"t{i}", CounterEnv().reset()[0], tuple(TOOLS)) for i in range(2)]
+    if name == "skill_sd":
+        save_vectors(tmp_path / QUERIES_FILE, [t.task_id for t in tasks],
+                     TextEmbedder(cfg.bank.embedder).embed([t.messages[1]["content"] for t in tasks]))
+        method = skill_sd.SkillSD(cfg, tmp_path)
+    else:
+        write_pool(tmp_path / POOL_FILE, [Demonstration(t.task_id, "task", '1. add(n=3) -> {"count": 3}',
+                                                        BASE_MODEL_ROLLOUT) for t in tasks], {})
+        method = (sdft.SDFT if name == "sdft" else opsd.OPSD)(cfg, tmp_path / POOL_FILE)
+    rewards = itertools.cycle([1.0, 0.0])  # Skill-SD's group gets nonzero advantages, so it trains
+    collect = multi_turn(lambda task: FixedRewardEnv(next(rewards)), max_steps=2, max_context_tokens=2048,
+                         max_step_tokens=4)
+    (step,) = train(cfg, method, tasks, collect, tiny_model_dir, tmp_path / name)["history"]
+    assert step["steps"] == 2 and step["trained_fraction"] == 1 and math.isfinite(step["loss"])
+    if name == "skill_sd":  # no skill exists before the first step's summaries
+        assert step["privileged_fraction"] == 0 and step["teacher_context_tokens"] == 0
+    else:
+        assert step["privileged_fraction"] == 1 and step["teacher_context_tokens"] > 0
+
+
 def test_observation_lite_cuts_long_results():
     from lopd.multiturn import ToolCall
     text = observation_lite([(ToolCall("find", {"q": "x y"}), "a\n b " * 100)], observation_chars=10)
@@ -189,6 +374,10 @@ def test_fuzz_rollouts_never_crash(tokenizer, outputs):
     """400 examples x 3 generated outputs = 1,200 model outputs through parsing, the environment and the
     template: every episode ends with a reward in [0, 1] and a consistent action mask."""
     env = CounterEnv()
-    (traj,) = run_episodes(ScriptedBackend(tokenizer, [outputs]), tokenizer, [("t", 0, env)], PARAMS, 0, 3, 10_000)
+    backend = ScriptedBackend(tokenizer, [outputs])
+    (traj,) = run_episodes(backend, tokenizer, [("t", 0, env)], PARAMS, 0, 3, 10_000)
     assert 0.0 <= traj.reward <= 1.0 and env.closed
-    assert sum(traj.action_mask) == traj.num_action_tokens == sum(len(t.action_ids) for t in traj.turns)
+    batch = collate([traj], tokenizer.pad_token_id)
+    scripted = [i for o in outputs[:traj.metadata["steps"]]
+                for i in tokenizer(o, add_special_tokens=False)["input_ids"][:PARAMS.max_new_tokens] + [2]]
+    assert batch.target_ids_B_T[0][batch.action_mask_B_T[0] > 0].tolist() == scripted  # what the backend sampled

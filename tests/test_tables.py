@@ -55,7 +55,8 @@ def test_tool_use_table_averages_by_task_count_and_explains_gaps():
     assert abs(rows["Vanilla"]["acebench_avg"] - (48.3 * 20 + 52.2 * 30) / 50) < 1e-9  # the paper's 50.6
     assert rows["GRPO"]["acebench_multi_step"] is None and rows["GRPO"]["acebench_avg"] is None
     assert any(n.startswith("LOPD: n/a: no agentic evaluation") for n in table.notes)
-    assert any("ACE M-Step: n/a: n/a: data missing" in n for n in table.notes)
+    assert any("ACE M-Step: n/a: data missing." in n for n in table.notes)
+    assert not any("n/a: n/a" in n for n in table.notes)
 
 
 def test_behaviour_table_is_unranked():
@@ -66,3 +67,4 @@ def test_behaviour_table_is_unranked():
     md = to_markdown(behaviour_table(metrics, ["vanilla", "lopd"]), "B")
     assert "| Vanilla | 0.486 | 11.120 | 3.500 | 9937.000 | 0.038 | 8.890 |" in md
     assert "| LOPD | n/a |" in md and "**" not in md
+    assert "counting an episode without calls as one" in md

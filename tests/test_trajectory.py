@@ -1,6 +1,7 @@
+import pytest
 import torch
 
-from lopd.trajectory import Trajectory, Turn, collate
+from lopd.trajectory import Trajectory, Turn, collate, with_prompt
 
 
 def test_multi_turn_collate_masks_everything_but_actions():
@@ -17,3 +18,29 @@ def test_multi_turn_collate_masks_everything_but_actions():
     assert torch.allclose(batch.sampler_logprobs_B_T[0], torch.tensor([0, 0, -0.1, -0.2, 0, 0, -0.3]))
     assert batch.attention_mask_B_L[1].tolist() == [1, 1, 0, 0, 0, 0, 0, 0]
     assert batch.rewards_B.tolist() == [1.0, 0.0]
+
+
+def test_with_prompt_keeps_three_turns_of_actions_aligned():
+    traj = Trajectory("t", [Turn([1, 2, 3], [10, 11], [-0.1, -0.2]), Turn([4, 5], [12], [-0.3]),
+                            Turn([6], [13, 14], [-0.4, -0.5])], reward=1.0, group=2, advantage=0.5)
+    view = with_prompt(traj, [7, 8, 9, 9, 9])
+    assert view.token_ids == [7, 8, 9, 9, 9, 10, 11, 4, 5, 12, 6, 13, 14]
+    # by hand: actions sit at 3, 4, 7, 9, 10 in the student's row and 2 positions later in the teacher's
+    student_actions, teacher_actions = [3, 4, 7, 9, 10], [5, 6, 9, 11, 12]
+    assert [i for i, m in enumerate(traj.action_mask) if m] == student_actions
+    assert [i for i, m in enumerate(view.action_mask) if m] == teacher_actions
+    assert [view.token_ids[i] for i in teacher_actions] == [traj.token_ids[i] for i in student_actions] == [10, 11, 12,
+                                                                                                             13, 14]
+    assert [view.sampler_logprobs[i] for i in teacher_actions] == [-0.1, -0.2, -0.3, -0.4, -0.5]
+    assert [view.token_ids[i] for i in (7, 8, 10)] == [4, 5, 6]  # later turns' context, masked
+    assert (view.reward, view.group, view.advantage) == (1.0, 2, 0.5)
+    batch = collate([traj, view], pad_id=0)
+    assert batch.action_mask_B_T[0].nonzero().squeeze(-1).tolist() == [t - 1 for t in student_actions]
+    assert batch.action_mask_B_T[1].nonzero().squeeze(-1).tolist() == [t - 1 for t in teacher_actions]
+    assert torch.equal(batch.target_ids_B_T[0][batch.action_mask_B_T[0] > 0],
+                       batch.target_ids_B_T[1][batch.action_mask_B_T[1] > 0])
+
+
+def test_a_trajectory_has_a_first_turn():
+    with pytest.raises(ValueError, match="at least one turn"):
+        Trajectory("t", [])

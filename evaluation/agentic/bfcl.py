@@ -40,10 +40,12 @@ Dispatch (never ``eval`` on model output): ``call_tool(name, arguments)`` accept
 offered so far in this entry, a dict whose keys are that function's documented parameters (required
 ones present), JSON values (finite floats, integers within 64 bits, nesting <= 32, <= 64 KiB in all)
 and, for the MathAPI's arbitrary-precision knobs, ``precision`` <= 1000 and ``|exponent|`` <= 10000
-(resource guards). It then calls the method on the backend instance with keyword arguments; anything
-else, and any exception inside the tool, becomes an error observation. Value types are not checked
-against the schema, as in BFCL (the v3 ground truth itself passes a string as ``close_ticket``'s
-integer ``ticket_id``): a wrongly typed value reaches the backend, whose error is the observation.
+(resource guards; a numeric string counts as its number, as mpmath reads it so). It then calls the
+method on the backend instance with keyword arguments (restoring the mpmath and decimal precisions that
+MathAPI sets process-wide); anything else, and any exception inside the tool, becomes an error
+observation. Value types are not checked against the schema, as in BFCL (the v3 ground truth itself
+passes a string as ``close_ticket``'s integer ``ticket_id``): a wrongly typed value reaches the
+backend, whose error is the observation.
 Results are rendered as BFCL renders them (strings as is, dicts as JSON, else ``str``; exceptions as
 ``Error during execution: ...``).
 
@@ -72,7 +74,9 @@ does not take: passing it gives the backend's TypeError as observation, as in BF
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy
+import decimal
 import functools
 import importlib
 import inspect
@@ -83,15 +87,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bfcl_eval.constants.default_prompts import DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING
-from bfcl_eval.constants.executable_backend_config import (
-    CLASS_FILE_PATH_MAPPING,
-    MULTI_TURN_FUNC_DOC_FILE_MAPPING,
-    STATELESS_CLASSES,
-)
-from bfcl_eval.constants.type_mappings import GORILLA_TO_OPENAPI
-from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
-from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
+try:
+    import mpmath
+    from bfcl_eval.constants.default_prompts import DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING
+    from bfcl_eval.constants.executable_backend_config import (
+        CLASS_FILE_PATH_MAPPING,
+        MULTI_TURN_FUNC_DOC_FILE_MAPPING,
+        STATELESS_CLASSES,
+    )
+    from bfcl_eval.constants.type_mappings import GORILLA_TO_OPENAPI
+    from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
+    from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
+except ImportError as err:  # the evaluation stage reports this and runs the other benchmarks
+    raise ImportError(f"BFCL needs the pinned bfcl-eval package (cannot import {err.name or err}); "
+                      f"install it with scripts/setup.sh") from None
+
+from evaluation.agentic.jsonl import read_jsonl
 
 BFCL_SUBSETS = ("base", "miss_func", "miss_param", "long_context")
 
@@ -124,8 +135,6 @@ class BFCLEntry:
     """User turns, each a list of chat messages (empty for a miss_func announcement turn)."""
     initial_config: dict[str, Any]
     involved_classes: list[str]
-    path: list[str]
-    """BFCL's annotation of the intended call path (informative only)."""
     functions: list[dict[str, Any]]
     """BFCL function docs of all involved classes, withheld ones included."""
     missed_functions: dict[int, list[str]]
@@ -138,16 +147,10 @@ class BFCLEntry:
         return self.subset == "long_context"
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    if not path.is_file():
-        raise FileNotFoundError(f"BFCL data file not found: {path}")
-    with path.open() as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 @functools.lru_cache(maxsize=None)
 def _func_docs(data_dir: str, class_name: str) -> tuple[dict, ...]:
-    return tuple(_read_jsonl(Path(data_dir) / "multi_turn_func_doc" / MULTI_TURN_FUNC_DOC_FILE_MAPPING[class_name]))
+    return tuple(read_jsonl(Path(data_dir) / "multi_turn_func_doc" / MULTI_TURN_FUNC_DOC_FILE_MAPPING[class_name],
+                            "BFCL"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -167,7 +170,10 @@ def _method_owner(functions: list[dict], involved_classes: list[str]) -> dict[st
 
 def parse_call(text: str) -> tuple[str, list[Any], dict[str, Any]]:
     """Parse one BFCL call string such as ``cd(folder='x')`` with `ast` (literal arguments only)."""
-    node = ast.parse(text.strip(), mode="eval").body
+    try:
+        node = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError as err:  # a ValueError, like every other malformed call string
+        raise ValueError(f"not a call ({err.msg}): {text!r}") from None
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
         raise ValueError(f"not a plain function call: {text!r}")
     if any(kw.arg is None for kw in node.keywords):
@@ -191,33 +197,62 @@ def _bind_ground_truth(text: str, owner: dict[str, str], entry_id: str) -> tuple
 
 def load_bfcl(subset: str, data_dir: str | Path, limit: int | None = None) -> list[BFCLEntry]:
     """Load one subset (``BFCL_SUBSETS``) from a BFCL v3 data dir (questions, possible_answer/,
-    multi_turn_func_doc/). Raises FileNotFoundError naming the missing path."""
+    multi_turn_func_doc/). Raises FileNotFoundError naming the missing path, ValueError naming the
+    file and entry of malformed data."""
     if subset not in BFCL_SUBSETS:
         raise ValueError(f"unknown BFCL subset {subset!r}; expected one of {BFCL_SUBSETS}")
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         raise FileNotFoundError(f"BFCL data dir not found: {data_dir}")
-    rows = _read_jsonl(data_dir / f"BFCL_v3_multi_turn_{subset}.json")
-    answer_file = data_dir / "possible_answer" / f"BFCL_v3_multi_turn_{subset}.json"
-    answers = {answer["id"]: answer["ground_truth"] for answer in _read_jsonl(answer_file)}
+    question_file = data_dir / f"BFCL_v3_multi_turn_{subset}.json"
+    rows = read_jsonl(question_file, "BFCL")
+    answers = _ground_truth_by_id(data_dir / "possible_answer" / question_file.name)
     entries = []
-    for row in rows[:limit] if limit is not None else rows:
-        entry_id = row["id"]
-        if not entry_id.startswith(f"multi_turn_{subset}_") or entry_id not in answers:
-            raise ValueError(f"{entry_id}: not a {subset} entry with a ground truth")
-        classes = list(row["involved_classes"])
-        unknown = [c for c in classes if c not in BFCL_CLASSES]
-        if unknown:
-            raise ValueError(f"{entry_id}: unsupported classes {unknown}")
-        functions = [dict(doc) for cls in classes for doc in _func_docs(str(data_dir), cls)]
-        owner = _method_owner(functions, classes)
-        missed = {int(turn): list(names) for turn, names in row.get("missed_function", {}).items()}
-        if any(name not in owner for names in missed.values() for name in names):
-            raise ValueError(f"{entry_id}: missed_function names a function the classes do not offer")
-        ground_truth = [[_bind_ground_truth(call, owner, entry_id) for call in turn] for turn in answers[entry_id]]
-        entries.append(BFCLEntry(entry_id, subset, row["question"], row["initial_config"], classes,
-                                 list(row.get("path", [])), functions, missed, ground_truth))
+    for index, row in enumerate(rows[:limit] if limit is not None else rows):
+        try:
+            entries.append(_entry(row, subset, answers, data_dir))
+        except (KeyError, TypeError, AttributeError, ValueError) as err:
+            raise ValueError(f"{question_file}: entry {index} ({row.get('id')!r}): {_data_error(err)}") from None
     return entries
+
+
+def _data_error(err: Exception) -> str:
+    """One line on what is wrong with a row: its own message for a ValueError, else the missing key or type."""
+    if isinstance(err, KeyError):
+        return f"missing field {err}"
+    return str(err) if isinstance(err, ValueError) else f"malformed ({type(err).__name__}: {err})"
+
+
+def _ground_truth_by_id(answer_file: Path) -> dict[str, list[list[str]]]:
+    answers = {}
+    for index, answer in enumerate(read_jsonl(answer_file, "BFCL")):
+        if not isinstance(answer.get("id"), str) or "ground_truth" not in answer:
+            raise ValueError(f"{answer_file}: entry {index} lacks a string 'id' or 'ground_truth'")
+        answers[answer["id"]] = answer["ground_truth"]
+    return answers
+
+
+def _entry(row: dict[str, Any], subset: str, answers: dict[str, list[list[str]]], data_dir: Path) -> BFCLEntry:
+    """One question row as an entry; malformed rows raise KeyError/TypeError/AttributeError/ValueError."""
+    entry_id = row["id"]
+    if not isinstance(entry_id, str) or not entry_id.startswith(f"multi_turn_{subset}_") or entry_id not in answers:
+        raise ValueError(f"{entry_id}: not a {subset} entry with a ground truth")
+    classes = list(row["involved_classes"])
+    unknown = [c for c in classes if c not in BFCL_CLASSES]
+    if unknown:
+        raise ValueError(f"{entry_id}: unsupported classes {unknown}")
+    functions = [dict(doc) for cls in classes for doc in _func_docs(str(data_dir), cls)]
+    owner = _method_owner(functions, classes)
+    missed = {int(turn): list(names) for turn, names in row.get("missed_function", {}).items()}
+    if any(name not in owner for names in missed.values() for name in names):
+        raise ValueError(f"{entry_id}: missed_function names a function the classes do not offer")
+    ground_truth = [[_bind_ground_truth(call, owner, entry_id) for call in turn] for turn in answers[entry_id]]
+    question, initial_config = row["question"], row["initial_config"]
+    if not (isinstance(question, list) and all(isinstance(turn, list) for turn in question)):
+        raise ValueError(f"{entry_id}: 'question' must be a list of turns (lists of messages)")
+    if not isinstance(initial_config, dict):
+        raise ValueError(f"{entry_id}: 'initial_config' must be an object")
+    return BFCLEntry(entry_id, subset, question, initial_config, classes, functions, missed, ground_truth)
 
 
 # --- tool schemas ---------------------------------------------------------------------------------------------------
@@ -303,9 +338,32 @@ def _arguments_error(name: str, arguments: Any, parameters: dict[str, Any]) -> s
         return error
     for key, value in arguments.items():
         limit = _RESOURCE_LIMITS.get((name, key))
-        if limit is not None and isinstance(value, (int, float)) and abs(value) > limit:
+        if limit is not None and _magnitude(value) > limit:
             return f"argument {key!r} of {name!r} is limited to {limit} in absolute value"
     return None
+
+
+def _magnitude(value: Any) -> int | float:
+    """|value| as the backend will use it. mpmath's precision setter applies int() to what it gets, so a
+    numeric string counts as its number; a value int() refuses fails in the backend too (0 here)."""
+    if isinstance(value, str):
+        try:
+            return abs(int(value))
+        except ValueError:
+            return 0
+    return abs(value) if isinstance(value, (int, float)) else 0
+
+
+@contextlib.contextmanager
+def _precisions_restored():
+    """MathAPI sets process-wide precisions (``mpmath.mp.dps`` in logarithm, the thread's decimal context in
+    square_root) and leaves them set: put them back, so that the rest of the host process (the checker,
+    later episodes, other libraries using mpmath) never inherits a model's choice."""
+    mpmath_prec, decimal_prec = mpmath.mp.prec, decimal.getcontext().prec
+    try:
+        yield
+    finally:
+        mpmath.mp.prec, decimal.getcontext().prec = mpmath_prec, decimal_prec
 
 
 def call_string(name: str, arguments: dict[str, Any]) -> str:
@@ -370,10 +428,11 @@ class BFCLEnvironment:
             self._counts["rejected_calls"] += 1
             return f"Error: {error}"
         self._calls[self._turn].append([call_string(name, arguments)])
-        try:
-            result = _render(getattr(self._backends()[self._owner[name]], name)(**copy.deepcopy(arguments)))
-        except Exception as err:  # a tool's own failure is an observation, as in BFCL
-            result = f"Error during execution: {err}"
+        with _precisions_restored():  # rendering included: an mpmath result prints at the precision it set
+            try:
+                result = _render(getattr(self._backends()[self._owner[name]], name)(**copy.deepcopy(arguments)))
+            except Exception as err:  # a tool's own failure is an observation, as in BFCL
+                result = f"Error during execution: {err}"
         return result
 
     def reply(self, text: str) -> list[dict[str, str]] | None:
@@ -386,20 +445,20 @@ class BFCLEnvironment:
         self._calls.append([])
         return self._open_turn(self._turn)
 
-    def score(self) -> dict[str, float]:
+    def score(self) -> dict[str, float | str]:
         """{"reward": 1.0 if BFCL's multi-turn check is valid else 0.0, "valid", "turns_completed",
-        "num_turns", "tool_calls", "rejected_calls"}; `failure()` says why an episode is invalid."""
+        "num_turns", "tool_calls", "rejected_calls"}, plus, for an invalid episode, "invalid_reason":
+        ``"<error_type>: <message>"`` of the failed check (the driver keeps strings as score notes)."""
         if self._result is None:
             self._result = self._check()
         valid = float(self._result["valid"])
-        return {"reward": valid, "valid": valid, "turns_completed": float(self._turns_completed),
-                "num_turns": float(len(self.entry.question)), **{k: float(v) for k, v in self._counts.items()}}
-
-    def failure(self) -> str | None:
-        """``"<error_type>: <message>"`` of the failed check once scored, else None."""
-        if self._result is None or self._result["valid"]:
-            return None
-        return f"{self._result.get('error_type', 'unknown')}: {self._result.get('error_message', '')}"
+        scores: dict[str, float | str] = {
+            "reward": valid, "valid": valid, "turns_completed": float(self._turns_completed),
+            "num_turns": float(len(self.entry.question)), **{k: float(v) for k, v in self._counts.items()}}
+        if not valid:
+            scores["invalid_reason"] = (f"{self._result.get('error_type', 'unknown')}: "
+                                        f"{self._result.get('error_message', '')}")
+        return scores
 
     def close(self) -> None:
         self._instances = None
@@ -442,7 +501,9 @@ class BFCLEnvironment:
                       "involved_classes": entry.involved_classes}
         model_name = f"lopd_{uuid.uuid4().hex}"
         try:
-            return multi_turn_checker(self._calls, ground_truth, test_entry, f"multi_turn_{entry.subset}", model_name)
+            with _precisions_restored():  # the checker re-runs the calls, MathAPI's included
+                return multi_turn_checker(self._calls, ground_truth, test_entry, f"multi_turn_{entry.subset}",
+                                          model_name)
         except Exception as err:  # the checker's own asserts; never crash the episode
             return {"valid": False, "error_type": "multi_turn:checker_error",
                     "error_message": f"{type(err).__name__}: {err}"}
@@ -451,7 +512,7 @@ class BFCLEnvironment:
                 del vars(multi_turn_utils)[key]
 
 
-def replay_ground_truth(entry: BFCLEntry) -> dict[str, float]:
+def replay_ground_truth(entry: BFCLEntry) -> dict[str, float | str]:
     """Run every turn's ground-truth calls through `BFCLEnvironment.call_tool` / `reply` and score."""
     env = BFCLEnvironment(entry)
     try:

@@ -45,22 +45,28 @@ empty checklist is rejected at load time (EnvScaler would divide by zero).
 
 Isolation: dataset code runs only in `envscaler_worker.py`, a `python -I -S -B` child speaking JSON
 lines (see its docstring for the import allowlist, builtins and rlimits). When the host is root the
-child runs under a throwaway uid (util-linux `setpriv`), falling back, with a warning, to the host's
-uid where that cannot start. Every request has two time limits: the worker's own timer at
-`call_timeout` (the call fails, the worker and all states survive) and the host's wall-clock kill a
-little later (dataset code that swallows the timer). After a kill the host starts a fresh worker and
-rebuilds every environment it hosted by re-running its construction and its recorded calls (minus
-the one that hung, whose partial effects are lost), so other episodes sharing the worker keep their
-state. A rebuild that does not reproduce the recorded outcomes (the class is not deterministic, e.g.
-it draws uuids) or that hangs marks that environment lost: its later calls are `Error: ...`
-observations and its checks fail. Workers die on `close()`, at interpreter exit, and on their own
-when the host dies (stdin EOF; the per-request CPU budget ends one that is stuck in a loop).
+child runs under a fresh throwaway uid (util-linux `setpriv`), which its greeting must report; if that
+is impossible (no `setpriv`) or the child does not start (two tries, 20 s then 60 s) the worker raises
+WorkerError rather than run dataset code as root. A non-root host runs it under its own uid, with a
+warning. Where `unshare --net` works (with `--user` when not root) the child also gets a fresh network
+namespace, i.e. no network; elsewhere a warning says so. Every request has two time limits: the
+worker's own timer at `call_timeout` (the call fails, the worker and all states survive) and the
+host's wall-clock kill a little later (dataset code that swallows the timer). After a kill, a crash or
+a response that is not one (garbled or oversized) the host starts a fresh worker and rebuilds every
+environment it hosted by re-running its construction and its recorded calls (minus the one that hung,
+whose partial effects are lost), so other episodes sharing the worker keep their state. A rebuild in
+which a replayed call succeeds where it had failed or vice versa, or that hangs, marks that environment
+lost: its later calls are `Error: ...` observations and its checks fail. Only success is compared, not
+returned values: a class that draws uuids or reads the clock is rebuilt with fresh values. Workers die
+on `close()`, at interpreter exit, and on their own when the host dies (stdin EOF; the per-request CPU
+budget ends one that is stuck in a loop).
 """
 
 from __future__ import annotations
 
 import atexit
 import copy
+import functools
 import hashlib
 import json
 import math
@@ -310,18 +316,33 @@ class _Instance:
 
     create: dict[str, Any]
     calls: list[tuple[dict[str, Any], bool]] = field(default_factory=list)
-    """Completed call requests and whether each succeeded; calls that timed out or crashed the worker
-    are not recorded, so a rebuild does not repeat them."""
+    """Completed call requests and whether each succeeded (what a rebuild compares); calls that timed out
+    or crashed the worker are not recorded, so a rebuild does not repeat them."""
     lost: str = ""
 
 
 _WORKER_FILE = Path(__file__).with_name("envscaler_worker.py")
 _SETPRIV = shutil.which("setpriv")
+_UNSHARE = shutil.which("unshare")
 _MAX_RESPONSE_BYTES = 8 << 20
-_START_SECONDS = 20.0                # generous: the machine may be busy with training
+_START_ATTEMPTS = (20.0, 60.0)       # seconds per try: a machine busy with training may start slowly, which is
+                                     # a reason to wait longer, never to weaken the isolation
 _live_workers: weakref.WeakSet[EnvScalerWorker] = weakref.WeakSet()
-_uid_drop: bool | None = None        # decided by the first worker start of this process
-_uid_lock = threading.Lock()
+
+
+class _NoResponse(Exception):
+    """A request got no usable response; `reply` is what its caller is told once the worker is restarted."""
+
+    def __init__(self, reply: Reply) -> None:
+        super().__init__(reply.error)
+        self.reply = reply
+
+
+_TIMED_OUT = Reply(False, error="timed out", timeout=True, restarted=True)
+_CRASHED = Reply(False, error="the environment worker crashed (memory or CPU limit?) and was restarted",
+                 restarted=True)
+_INVALID = Reply(False, error="the environment worker sent an invalid response and was restarted", restarted=True)
+_LOST = "the environment's state was lost when its worker was restarted after another call timed out or crashed"
 
 
 class EnvScalerWorker:
@@ -392,111 +413,107 @@ class EnvScalerWorker:
     # -- internals ----------------------------------------------------------
 
     def _request(self, request: dict[str, Any]) -> Reply:
-        """Send one request; after a wall-clock kill or a crash, restart and rebuild, then report it."""
+        """Send one request; after a wall-clock kill, a crash or a garbled answer, restart and rebuild,
+        then report it."""
         if self._closed:
             raise WorkerError("the EnvScaler worker is closed")
         if self._proc is None:
             self._spawn()
-        response = self._exchange(request)
-        if response is not None:
-            return Reply(bool(response.get("ok")), response.get("value"), str(response.get("error", "")),
-                         timeout=bool(response.get("timeout")), chars=int(response.get("chars", 0)))
-        crashed = self._proc.poll() is not None
-        self._recover()
-        if crashed:
-            return Reply(False, error="the environment worker crashed (memory or CPU limit?) and was restarted",
-                         restarted=True)
-        return Reply(False, error="timed out", timeout=True, restarted=True)
+        try:
+            return self._exchange(request)
+        except _NoResponse as failure:
+            self._recover()
+            return failure.reply
 
-    def _exchange(self, request: dict[str, Any]) -> dict[str, Any] | None:
-        """One request/response round trip; None when the worker died or missed the kill deadline."""
+    def _exchange(self, request: dict[str, Any]) -> Reply:
+        """One request/response round trip; raises _NoResponse when the worker died, missed the kill
+        deadline or answered something that is not a response."""
         payload = (json.dumps({**request, "timeout": self.call_timeout}) + "\n").encode("utf-8")
         try:
             self._proc.stdin.write(payload)
             self._proc.stdin.flush()
         except (BrokenPipeError, OSError):
-            return None
+            raise _NoResponse(_CRASHED) from None
         line = self._read_line(time.monotonic() + self.kill_after)
-        if line is None:
-            return None
         try:
             response = json.loads(line)
-        except ValueError:
-            return None
-        return response if isinstance(response, dict) else None
+            return Reply(bool(response.get("ok")), response.get("value"), str(response.get("error", "")),
+                         timeout=bool(response.get("timeout")), chars=int(response.get("chars", 0)))
+        except (ValueError, TypeError, AttributeError):  # e.g. dataset code writing to the protocol's fd
+            raise _NoResponse(_INVALID) from None
 
-    def _read_line(self, deadline: float) -> bytes | None:
+    def _read_line(self, deadline: float) -> bytes:
         fd = self._proc.stdout.fileno()
         while b"\n" not in self._buffer:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
-                return None
+                raise _NoResponse(_CRASHED if self._proc.poll() is not None else _TIMED_OUT)
             chunk = os.read(fd, 1 << 16)
-            if not chunk or len(self._buffer) + len(chunk) > _MAX_RESPONSE_BYTES:
-                return None
+            if not chunk:
+                raise _NoResponse(_CRASHED)
+            if len(self._buffer) + len(chunk) > _MAX_RESPONSE_BYTES:
+                raise _NoResponse(_INVALID)
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line
 
     def _recover(self) -> None:
-        """Kill the worker, start a fresh one and rebuild every live instance by replaying its history.
-        An instance whose rebuild fails or hangs is marked lost; a hang means yet another restart."""
+        """Kill the worker, start a fresh one and rebuild every live instance by replaying its history;
+        each pass that loses the worker marks the instance being rebuilt lost, so this ends."""
         self.restarts += 1
-        while True:
-            self._spawn()
-            for handle, instance in self._instances.items():
-                if instance.lost:
-                    continue
-                outcome = self._rebuild(instance)
-                if outcome != "ok":
-                    instance.lost = ("the environment's state was lost when its worker was restarted "
-                                     "after another call timed out or crashed")
-                if outcome == "dead":
-                    break
-                if outcome == "differs":
-                    self._exchange({"op": "drop", "id": handle})
-            else:
-                return
+        try:
+            while not self._rebuild_all():
+                pass
+        except WorkerError:  # no fresh worker at all: nothing it hosted can be rebuilt
+            for instance in self._instances.values():
+                instance.lost = instance.lost or _LOST
+            raise
 
-    def _rebuild(self, instance: _Instance) -> str:
-        """"ok", "differs" (an outcome changed: the class is not deterministic) or "dead"."""
-        for request, succeeded in [(instance.create, True), *instance.calls]:
-            response = self._exchange(request)
-            if response is None:
-                return "dead"
-            if bool(response.get("ok")) != succeeded:
-                return "differs"
-        return "ok"
+    def _rebuild_all(self) -> bool:
+        """Start a fresh worker and rebuild the live instances; False when the worker died on the way."""
+        self._spawn()
+        for handle, instance in self._instances.items():
+            if instance.lost:
+                continue
+            try:
+                if self._replays_faithfully(instance):
+                    continue
+                instance.lost = _LOST
+                self._exchange({"op": "drop", "id": handle})
+            except _NoResponse:
+                instance.lost = _LOST
+                return False
+        return True
+
+    def _replays_faithfully(self, instance: _Instance) -> bool:
+        """Replay the construction and the recorded calls; False when one's success differs from the record
+        (only ok/failed is compared, not the values). Raises _NoResponse when the worker dies or hangs."""
+        if not self._exchange(instance.create).ok:
+            return False
+        return all(self._exchange(request).ok == succeeded for request, succeeded in instance.calls)
 
     def _spawn(self) -> None:
+        """Start a fresh worker, waiting longer on each try; WorkerError when none starts."""
         self._kill()
-        global _uid_drop
-        with _uid_lock:
-            if _uid_drop is None:
-                _uid_drop = os.geteuid() == 0 and _SETPRIV is not None
-                if _uid_drop and not self._try_start(drop_uid=True):
-                    warnings.warn("EnvScaler worker: cannot start under a throwaway uid; dataset code runs as root")
-                    _uid_drop = False
-                if _uid_drop:
-                    return
-            if self._try_start(drop_uid=_uid_drop):
+        for seconds in _START_ATTEMPTS:
+            if self._try_start(seconds):
                 return
-        raise WorkerError("the EnvScaler worker process did not start")
+        raise WorkerError(f"the EnvScaler worker process did not start ({len(_START_ATTEMPTS)} tries, "
+                          f"{sum(_START_ATTEMPTS):g} s)")
 
-    def _try_start(self, drop_uid: bool) -> bool:
-        """Start the process and wait for its greeting; False (and nothing left running) if it fails."""
-        command = [sys.executable, "-I", "-S", "-B", "-c", _WORKER_FILE.read_text(encoding="utf-8"),
+    def _try_start(self, seconds: float) -> bool:
+        """Start the process and wait for its greeting, which must report the uid it was given; False (and
+        nothing left running) if it does not come in time or is wrong."""
+        prefix, uid = _sandbox_prefix()
+        command = [*prefix, sys.executable, "-I", "-S", "-B", "-c", _WORKER_FILE.read_text(encoding="utf-8"),
                    str(self.memory_mb), str(math.ceil(self.kill_after) + 1)]
-        if drop_uid:
-            uid = 200_000 + int.from_bytes(os.urandom(3), "big")
-            command = [_SETPRIV, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", *command]
         self._proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=subprocess.DEVNULL, cwd="/", start_new_session=True,
                                       env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
-        line = self._read_line(time.monotonic() + _START_SECONDS)
         try:
-            ready = line is not None and json.loads(line).get("ready") is True
-        except (ValueError, AttributeError):
+            greeting = json.loads(self._read_line(time.monotonic() + seconds))
+            ready = greeting.get("ready") is True and (uid is None or greeting.get("uid") == uid)
+        except (_NoResponse, ValueError, AttributeError):
             ready = False
         if not ready:
             self._kill()
@@ -516,6 +533,43 @@ class EnvScalerWorker:
                 stream.close()
             except OSError:
                 pass
+
+
+def _sandbox_prefix() -> tuple[list[str], int | None]:
+    """The command prefix that isolates a worker, and the uid its greeting must report (None: not checked).
+    A root host runs it under a fresh throwaway uid, or not at all: dataset code never runs as root."""
+    network = list(_network_namespace())
+    if os.geteuid() != 0:
+        _warn_once("EnvScaler worker: the host is not root, so dataset code runs under the host's own uid")
+        return network, None
+    if _SETPRIV is None:
+        raise WorkerError("EnvScaler worker: the host is root but util-linux `setpriv` is missing; install it "
+                          "(dataset code must not run as root)")
+    uid = 200_000 + int.from_bytes(os.urandom(3), "big")
+    return [*network, _SETPRIV, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs"], uid
+
+
+@functools.cache
+def _network_namespace() -> tuple[str, ...]:
+    """`unshare --net` when this host can do it: the worker then has no network (only a loopback that is
+    down). Without root it needs a user namespace too. Where neither works: nothing, with a warning."""
+    prefix = (_UNSHARE, "--net") if os.geteuid() == 0 else (_UNSHARE, "--user", "--net")
+    try:
+        usable = _UNSHARE is not None and subprocess.run(
+            [*prefix, "true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            timeout=_START_ATTEMPTS[0]).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        usable = False
+    if not usable:
+        _warn_once("EnvScaler worker: cannot create a network namespace (unshare --net); dataset code keeps "
+                   "the host's network access")
+        return ()
+    return prefix
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    warnings.warn(message, stacklevel=3)
 
 
 @atexit.register

@@ -16,9 +16,12 @@ Defences, in the order they bite: dataset code sees restricted builtins (no open
 input/breakpoint) and an import hook that only admits `ALLOWED_MODULES`; each request runs under a
 SIGALRM timer (the "soft" time limit: the worker survives it) and a per-request RLIMIT_CPU budget;
 RLIMIT_AS/FSIZE/NPROC bound memory, files and forks. The host adds a wall-clock kill. The builtins
-filter and import hook are a speed bump against accidents, not a security boundary (allowed modules
-such as `random` hold references to `os`); the boundary is the separate process, which the host runs
-under a throwaway uid when it is root. The worker exits on stdin EOF, so it dies with its host.
+filter and import hook are a speed bump against accidents, not a security boundary, and cannot be made
+one in-process: allowed modules hold `os` (`random._os`, `uuid.os`), and any Python function's
+`__globals__` or `object.__subclasses__()` reaches every loaded module whatever proxy the import hook
+returns. The boundary is the separate process, which the host runs under a throwaway uid when it is
+root and in an empty network namespace where it can. The worker exits on stdin EOF, so it dies with its
+host.
 """
 
 import builtins
@@ -164,18 +167,44 @@ class Worker:
         budget = math.ceil(used.ru_utime + used.ru_stime) + self.cpu_seconds
         resource.setrlimit(resource.RLIMIT_CPU, (budget, resource.RLIM_INFINITY))
         try:
-            signal.setitimer(signal.ITIMER_REAL, request.get("timeout", 0))
-            return op(request)
-        except _Timeout:
-            return {"ok": False, "error": "timed out", "timeout": True}
-        except BaseException as err:  # dataset code may raise anything, SystemExit included
-            return {"ok": False, "error": _one_line(err)}
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            try:
+                _arm_timer(request.get("timeout", 0))
+                return op(request)
+            except _Timeout:
+                return _timed_out()
+            except BaseException as err:  # dataset code may raise anything, SystemExit included
+                return {"ok": False, "error": _one_line(err)}  # str(err) may be dataset code: still timed
+            finally:
+                _disarm_timer()
+        except _Timeout:  # the timer fired after op ended (or in the handler above) but before the disarm
+            _disarm_timer()
+            return _timed_out()
+
+
+_timer_armed = False
+"""Whether a SIGALRM may still interrupt the request: cleared before the timer is stopped, so that a signal
+delivered late, once serve() has its answer, is ignored instead of escaping into the protocol loop."""
+
+
+def _arm_timer(seconds: float) -> None:
+    global _timer_armed
+    _timer_armed = True
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+
+
+def _disarm_timer() -> None:
+    global _timer_armed
+    _timer_armed = False
+    signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def _on_alarm(signum, frame):
-    raise _Timeout()
+    if _timer_armed:
+        raise _Timeout()
+
+
+def _timed_out() -> dict:
+    return {"ok": False, "error": "timed out", "timeout": True}
 
 
 def _limit_resources(memory_mb: int) -> None:

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import ast
 import difflib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evaluation.agentic.jsonl import read_jsonl
 from lopd.multiturn import ToolCall
 
 KINDS = ("multi_step", "multi_turn")
@@ -53,22 +53,44 @@ class ACETask:
 
 
 def load_acebench(kind: str, data_dir: str | Path, limit: int | None = None) -> list[ACETask]:
-    """Tasks of one agent category from an ACEBench language folder (e.g. `.../acebench/data_en`)."""
+    """Tasks of one agent category from an ACEBench language folder (e.g. `.../acebench/data_en`).
+    Raises FileNotFoundError naming a missing file, ValueError naming the file and entry of malformed data."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     data_dir = Path(data_dir)
     task_path = data_dir / f"data_agent_{kind}.json"
     answer_path = data_dir / "possible_answer" / f"data_agent_{kind}.json"
-    rows, answers = _read_jsonl(task_path), {a["id"]: a for a in _read_jsonl(answer_path)}
+    rows, answers = read_jsonl(task_path, "ACEBench"), _answers_by_id(answer_path)
     tasks = []
-    for row in rows[:limit] if limit is not None else rows:
-        if row["id"] not in answers:
-            raise ValueError(f"{answer_path}: no answer for {row['id']}")
-        tasks.append(task_from_dicts(kind, row, answers[row["id"]]))
+    for index, row in enumerate(rows[:limit] if limit is not None else rows):
+        try:
+            if row["id"] not in answers:
+                raise ValueError(f"no answer in {answer_path}")
+            tasks.append(task_from_dicts(kind, row, answers[row["id"]]))
+        except (KeyError, TypeError, AttributeError, ValueError) as err:
+            raise ValueError(f"{task_path}: entry {index} ({row.get('id')!r}): {_data_error(err)}") from None
     return tasks
 
 
+def _answers_by_id(answer_path: Path) -> dict[str, dict[str, Any]]:
+    answers = {}
+    for index, answer in enumerate(read_jsonl(answer_path, "ACEBench")):
+        if not isinstance(answer.get("id"), str):
+            raise ValueError(f"{answer_path}: entry {index} has no string 'id'")
+        answers[answer["id"]] = answer
+    return answers
+
+
+def _data_error(err: Exception) -> str:
+    """One line on what is wrong with an entry: its own message for a ValueError, else the missing key or type."""
+    if isinstance(err, KeyError):
+        return f"missing field {err}"
+    return str(err) if isinstance(err, ValueError) else f"malformed ({type(err).__name__}: {err})"
+
+
 def task_from_dicts(kind: str, row: dict[str, Any], answer: dict[str, Any]) -> ACETask:
+    """One task from its task line and answer line; a malformed line raises KeyError, TypeError,
+    AttributeError or ValueError (`load_acebench` names the file and entry)."""
     ground_truth: dict[str, dict[str, Any]] = {}
     for item in answer["ground_truth"]:
         for name, attributes in item.items():
@@ -99,7 +121,7 @@ def parse_calls(text: str) -> list[ToolCall]:
     try:
         tree = ast.parse(source, mode="eval")
     except SyntaxError:
-        tree = ast.parse(repair_quotes(source), mode="eval")
+        tree = _parse_repaired(source, text)
     body = tree.body
     nodes = body.elts if isinstance(body, (ast.List, ast.Tuple)) else [body]
     calls = []
@@ -110,6 +132,13 @@ def parse_calls(text: str) -> list[ToolCall]:
             raise ValueError(f"milestone uses **kwargs: {text!r}")
         calls.append(ToolCall(node.func.id, {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords}))
     return calls
+
+
+def _parse_repaired(source: str, text: str) -> ast.Expression:
+    try:
+        return ast.parse(repair_quotes(source), mode="eval")
+    except SyntaxError as err:  # a ValueError, like every other malformed milestone
+        raise ValueError(f"milestone is not valid Python even after repairing quotes ({err.msg}): {text!r}") from None
 
 
 def repair_quotes(source: str) -> str:
@@ -135,9 +164,3 @@ def repair_quotes(source: str) -> str:
         i += 1
     return "".join(out)
 
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        raise FileNotFoundError(f"ACEBench data file not found: {path}")
-    with path.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]

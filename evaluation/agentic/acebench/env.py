@@ -7,8 +7,9 @@ row (no tool call in between) the episode ends.
 Multi-turn: a user simulator plays the user from the task's instructions; the opening user message is
 its first line. Each agent step without a tool call is sent to it and its answer is the next user
 message. The episode ends when the simulator writes SIMULATOR_STOP, when the agent writes
-TASK_COMPLETED, when the simulator fails (recorded as "simulator_error" in the score), or at the
-driver's step cap.
+TASK_COMPLETED, when the simulator fails (recorded as "simulator_error" in the score; at reset the agent
+then gets an empty opening message and the episode is over at its first reply), or at the driver's step
+cap.
 """
 
 from __future__ import annotations
@@ -72,12 +73,13 @@ class ACEEnvironment:
             raise ValueError(f"{self.task.id}: multi-turn tasks need a user_simulator")
         self.user_dialogue = [{"role": "system", "content": simulator_system_prompt(self.task.question)},
                               {"role": "user", "content": OPENING}]
-        first = self.user_simulator(list(self.user_dialogue))
-        self.user_dialogue.append({"role": "assistant", "content": first})
+        first = self._ask_user()
         return [{"role": "system", "content": f"{AGENT_SYSTEM_PROMPT}\n\n{MULTI_TURN_ROLE}"},
-                {"role": "user", "content": first}], self.tools
+                {"role": "user", "content": first or ""}], self.tools
 
     def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
+        if self.done:  # only reachable after the simulator failed at reset: the driver stops at reply's None
+            return "Error: the episode is over; no more tool calls are executed."
         self._nudges = 0
         if name not in self._parameters:
             return f"Error: unknown function {name!r}; available functions: {', '.join(self._parameters)}"
@@ -109,14 +111,8 @@ class ACEEnvironment:
                 return None
             return [{"role": "user", "content": NUDGE}]
         self.user_dialogue.append({"role": "user", "content": strip_thinking(text)})
-        try:
-            answer = self.user_simulator(list(self.user_dialogue))
-        except Exception as err:
-            self.simulator_error = f"{type(err).__name__}: {err}"
-            self.done = True
-            return None
-        self.user_dialogue.append({"role": "assistant", "content": answer})
-        if is_finished(answer):
+        answer = self._ask_user()
+        if answer is None or is_finished(answer):
             self.done = True
             return None
         return [{"role": "user", "content": answer}]
@@ -134,6 +130,19 @@ class ACEEnvironment:
 
     def close(self) -> None:
         pass
+
+    def _ask_user(self) -> str | None:
+        """The simulated user's next message, recorded in its dialogue; None when the simulator failed,
+        which ends the episode and is scored as "simulator_error" (an endpoint failure must not end the
+        evaluation stage)."""
+        try:
+            answer = self.user_simulator(list(self.user_dialogue))
+        except Exception as err:
+            self.simulator_error = f"{type(err).__name__}: {err}"
+            self.done = True
+            return None
+        self.user_dialogue.append({"role": "assistant", "content": answer})
+        return answer
 
     # ---- inspection
 

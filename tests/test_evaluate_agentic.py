@@ -1,0 +1,33 @@
+"""The eval_agentic summary: benchmark score and behaviour means, robust to empty benchmarks and failed scoring."""
+
+from lopd.trajectory import Trajectory, Turn
+from pipelines.evaluate_agentic import summarise
+
+
+def _episode(reward, calls, steps, scores, ended="step_cap"):
+    metadata = {"steps": steps, "tool_calls": calls, "tool_calls_per_step": calls / steps, "first_step_tokens": 7,
+                "reward_per_tool_call": reward / max(calls, 1), "repeated_calls": 0, "invalid_calls": 1,
+                "scores": {"reward": reward, **scores}, "ended": ended}
+    return Trajectory("t", [Turn([1, 2], [3], [0.0])], reward=reward, metadata=metadata)
+
+
+def test_summary_means_and_extra_scores():
+    episodes = [_episode(1.0, 2, 4, {"end_to_end": 1.0, "process": 1.0}, "completed"),
+                _episode(0.5, 0, 2, {"end_to_end": 0.0, "process": 0.5})]
+    out = summarise(episodes)
+    assert out["score"] == 75.0 and out["reward_mean"] == 0.75 and out["n_tasks"] == 2
+    assert out["steps"] == 3 and out["tool_calls_mean"] == 1 and out["tool_calls_per_step"] == 0.25
+    assert out["reward_per_tool_call"] == (0.5 + 0.5) / 2
+    assert out["end_to_end"] == 50.0 and out["process"] == 75.0
+    assert out["ended"] == {"completed": 1, "step_cap": 1}
+
+
+def test_summary_of_failed_scoring_counts_zero_not_crash():
+    # An episode whose score() raised carries only {"reward": 0, "score_error": 1}, even when it is not the first.
+    episodes = [_episode(1.0, 1, 1, {"end_to_end": 1.0}), _episode(0.0, 1, 1, {"score_error": 1.0})]
+    out = summarise(episodes)
+    assert out["end_to_end"] == 50.0 and "process" not in out
+
+
+def test_summary_of_no_episodes_is_a_note():
+    assert summarise([]) == {"note": "n/a: the benchmark has no tasks", "n_tasks": 0}
