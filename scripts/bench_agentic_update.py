@@ -1,0 +1,135 @@
+"""Memory and time of one agentic training update -> reports/perf/agentic_update.json.
+
+One `update()` of a method on a cpu-profile-sized agentic batch: 8 episodes of envscaler-mini training tasks
+from different environments, each its real first prompt (tool list included, ~1.5-2k tokens) plus 3 steps of 64 action tokens and 80
+observation tokens (random ids: memory and time depend on shapes, not content). Each (method, activation
+checkpointing) variant runs in a fresh process and reports its peak RSS and update time; a variant may be
+given a memory cap, above which it is reported as not fitting instead of taking the machine down.
+LOPD uses a bank of 5 oracle-pool traces (so the composer trains and the teacher needs its graph) and the
+agentic composer checkpoint. Needs models/base, pool_agentic/ and checkpoints/agentic/composer.
+Run: python scripts/bench_agentic_update.py [--variants grpo:on grpo:off lopd:on] [--cap-gb 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from lopd.config import REPO_ROOT
+
+OUT = REPO_ROOT / "reports" / "perf" / "agentic_update.json"
+EPISODES, STEPS, ACTION_TOKENS, OBSERVATION_TOKENS = 8, 3, 64, 80
+
+
+def episodes(tokenizer, tasks):
+    from lopd.rollout import encode_prompt
+    from lopd.trajectory import Trajectory, Turn
+    rng = random.Random(0)
+    out = []
+    spread = tasks[::max(1, len(tasks) // EPISODES)][:EPISODES]  # different environments, different tool lists
+    for i, task in enumerate(spread):
+        prompt = encode_prompt(tokenizer, task.messages, task.tools)
+        turns = [Turn(prompt if i == 0 else [rng.randrange(1000) for _ in range(OBSERVATION_TOKENS)],
+                      [rng.randrange(1000) for _ in range(ACTION_TOKENS)], [-1.0] * ACTION_TOKENS)
+                 for i in range(STEPS)]
+        # groups of 4 with distinct rewards: GRPO's advantages are non-zero, so every episode is trained on
+        out.append(Trajectory(task.task_id, turns, reward=rng.random(), group=i // 4, metadata={"response": "x"}))
+    return out
+
+
+def lopd_bank(cfg_bank_dir: Path, work: Path) -> Path:
+    """A bank of 5 oracle-pool traces over the agentic query embeddings."""
+    import numpy as np
+
+    from lopd.bank import BankEntry, write_bank
+    from lopd.pool import load_pool
+    from lopd.retrieval import BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE, load_vectors, save_vectors
+    ids, queries = load_vectors(cfg_bank_dir / QUERIES_FILE)
+    demos = list(load_pool(REPO_ROOT / "pool_agentic" / "oracle.jsonl").values())[:5]
+    entries = [BankEntry(d.task_id, d.task, d.text, d.text, 1.0) for d in demos]
+    write_bank(work / BANK_FILE, entries, {})
+    save_vectors(work / DOCUMENTS_FILE, [e.task_id for e in entries],
+                 np.stack([queries[ids.index(e.task_id)] for e in entries]))
+    save_vectors(work / QUERIES_FILE, ids, queries)
+    return work
+
+
+def run_variant(method_name: str, checkpointing: bool) -> dict:
+    """In this process: one update; returns time and peak RSS."""
+    import torch
+    from accelerate import Accelerator
+
+    from lopd.composer import FRAMINGS
+    from lopd.config import load_config, resolve_merged
+    from lopd.lopd_method import LOPD
+    from lopd.loop import update
+    from lopd.methods import MethodContext
+    from lopd.models import load_model, load_tokenizer
+    from pipelines.common import BASE_MODEL_DIR, DOMAINS, build_method, for_domain, training_domain
+
+    raw = for_domain(load_config(REPO_ROOT / "params.yaml"), "agentic").to_dict()
+    raw["train"]["activation_checkpointing"] = checkpointing
+    cfg = resolve_merged(raw)
+    domain = DOMAINS["agentic"]
+    torch.manual_seed(cfg.seed)
+    with training_domain(cfg, "agentic") as (tasks, _, _), tempfile.TemporaryDirectory() as work:
+        tokenizer = load_tokenizer(BASE_MODEL_DIR)
+        trajectories = episodes(tokenizer, tasks)
+        method = (LOPD(cfg, lopd_bank(domain.bank, Path(work)), domain.composer, FRAMINGS["agentic"],
+                       trace_of=lambda s: s) if method_name == "lopd" else build_method(method_name, cfg, "agentic"))
+        accelerator = Accelerator(cpu=True, mixed_precision=cfg.train.mixed_precision)
+        model = load_model(BASE_MODEL_DIR, cfg.model.dtype)
+        if checkpointing:
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        model.train()
+        method.setup(MethodContext(cfg, accelerator, tokenizer, BASE_MODEL_DIR, model, tasks))
+        optimizer = torch.optim.AdamW([{"params": list(model.parameters())}, *method.param_groups()], lr=cfg.train.lr)
+        model, optimizer = accelerator.prepare(model, optimizer)
+        before_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        start = time.perf_counter()
+        metrics = update(model, optimizer, accelerator, method, trajectories, tokenizer.pad_token_id, cfg)
+        return {"update_s": round(time.perf_counter() - start, 1),
+                "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+                "peak_rss_before_update_mb": round(before_mb),
+                "sequence_tokens": sorted(len(t.token_ids) for t in trajectories),
+                "loss": metrics["loss"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variants", nargs="+", default=["grpo:on", "lopd:on", "grpo:off"],
+                        help="method:on|off (activation checkpointing)")
+    parser.add_argument("--cap-gb", type=float, default=20.0, help="address-space cap per variant process")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        method, mode = args.child.split(":")
+        print(json.dumps(run_variant(method, mode == "on")))
+        return
+    cap = int(args.cap_gb * 2**30)
+    results = {}
+    for variant in args.variants:
+        proc = subprocess.run([sys.executable, __file__, "--child", variant], capture_output=True, text=True,
+                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap)))
+        if proc.returncode == 0:
+            results[variant] = json.loads(proc.stdout.strip().splitlines()[-1])
+        else:
+            results[variant] = {"error": f"did not fit in {args.cap_gb:g} GB of address space or failed "
+                                         f"(exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1][:200]}"}
+        print(variant, results[variant], flush=True)
+        OUT.parent.mkdir(parents=True, exist_ok=True)  # after every variant: a long run keeps what it measured
+        OUT.write_text(json.dumps({"episodes": EPISODES, "steps": STEPS, "action_tokens_per_step": ACTION_TOKENS,
+                                   "observation_tokens_per_step": OBSERVATION_TOKENS, "cap_gb": args.cap_gb,
+                                   "variants": results}, indent=2) + "\n")
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
