@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from lopd.config import GRPOConfig
-from lopd.losses import group_advantages, ppo_clip_loss
-from lopd.methods import Method, PolicyOutputs
-from lopd.trajectory import TokenBatch, Trajectory
+from lopd.core.config import GRPOConfig
+from lopd.core.losses import group_advantages, ppo_clip_loss
+from lopd.core.methods import Method, PolicyOutputs
+from lopd.core.trajectory import TokenBatch, Trajectory
 
 
 class GRPO(Method):

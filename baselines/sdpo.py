@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from functools import partial
 
-from lopd.losses import topk_tail_reverse_kl
-from lopd.self_distill import Messages, SelfDistillation, append_to_user
-from lopd.trajectory import Trajectory
+from lopd.core.losses import topk_tail_reverse_kl
+from baselines.self_distill import Messages, SelfDistillation, append_to_user
+from lopd.core.trajectory import Trajectory
 
 TEMPLATE = "Correct solution:\n\n{solution}\n\nCorrectly solve the original question."
 

@@ -19,16 +19,16 @@ from typing import Any
 
 import torch
 
-from lopd.bank import task_text
-from lopd.losses import (distillation_loss, group_advantages, importance_weights, ppo_clip_loss,
+from lopd.latent.bank import task_text
+from lopd.core.losses import (distillation_loss, group_advantages, importance_weights, ppo_clip_loss,
                          sampled_token_reverse_kl, token_logprobs)
-from lopd.methods import MethodContext, PolicyOutputs
-from lopd.models import load_tokenizer
-from lopd.retrieval import QUERIES_FILE, TextEmbedder, load_vectors
-from lopd.rollout import make_backend, step_seed
-from lopd.self_distill import TEACHER_MESSAGES, Messages, SelfDistillation, append_to_user
-from lopd.skills import Skill, SkillBank, write_skills
-from lopd.trajectory import TokenBatch, Trajectory
+from lopd.core.methods import MethodContext, PolicyOutputs
+from lopd.core.models import load_tokenizer
+from lopd.latent.retrieval import QUERIES_FILE, TextEmbedder, load_vectors
+from lopd.core.rollout import make_backend, step_seed
+from baselines.self_distill import TEACHER_MESSAGES, Messages, SelfDistillation, append_to_user
+from baselines.skills import Skill, SkillBank, write_skills
+from lopd.core.trajectory import TokenBatch, Trajectory
 
 TEMPLATE = ("Here is a skill summary from a similar past task that may help guide your approach:\n\n"
             "**What works:** {what_works}\n**What to avoid:** {what_to_avoid}\n**Suggested workflow:** {workflow}\n\n"

@@ -1,0 +1,7 @@
+"""lopd-suite's method code, laid out as the paper is.
+
+- `lopd.core`: the shared on-policy machinery every method runs on (config, method registry, the loop, rollout
+  backends and the multi-turn driver, trajectories, losses, models, checkpoints, tracking).
+- `lopd.latent`: LOPD's own parts (experience bank, retriever, latent composer, cold start, the LOPD method).
+- The baselines and what only they use live in the top-level `baselines` package.
+"""

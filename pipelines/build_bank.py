@@ -7,10 +7,10 @@ import time
 
 from evaluation import evalplus_bench
 from evaluation.agentic import benchmarks as agentic_benchmarks
-from lopd.bank import check_no_eval_overlap, sample_rollouts, successful_entries, task_text, write_bank
-from lopd.retrieval import (BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE, TextEmbedder, document_text, query_text,
+from lopd.latent.bank import check_no_eval_overlap, sample_rollouts, successful_entries, task_text, write_bank
+from lopd.latent.retrieval import (BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE, TextEmbedder, document_text, query_text,
                             save_vectors)
-from lopd.tracking import Tracker
+from lopd.core.tracking import Tracker
 from pipelines.common import (BASE_MODEL_DIR, DOMAIN_ARG, DOMAINS, for_domain, parse_args, stage_name,
                               training_domain, write_json)
 

@@ -10,11 +10,11 @@ import time
 
 from evaluation.agentic import benchmarks as agentic_benchmarks
 from evaluation.agentic import envscaler
-from lopd.bank import check_no_eval_overlap, read_bank, task_text
-from lopd.multiturn import ToolCall, observation_lite
-from lopd.pool import POOL_FILE, REFERENCE_SOLUTION, assemble_pool, render_reference, write_pool
-from lopd.retrieval import BANK_FILE
-from lopd.tracking import Tracker
+from lopd.latent.bank import check_no_eval_overlap, read_bank, task_text
+from lopd.core.multiturn import ToolCall, observation_lite
+from baselines.pool import POOL_FILE, REFERENCE_SOLUTION, assemble_pool, render_reference, write_pool
+from lopd.latent.retrieval import BANK_FILE
+from lopd.core.tracking import Tracker
 from pipelines.build_bank import evaluation_prompts
 from pipelines.common import (DOMAIN_ARG, DOMAINS, coding_tasks, coding_training_tasks, for_domain, parse_args,
                               stage_name, write_json)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import sys
 
-from lopd.cold_start import cold_start
-from lopd.tracking import Tracker
+from lopd.latent.cold_start import cold_start
+from lopd.core.tracking import Tracker
 from pipelines.common import (BASE_MODEL_DIR, DOMAIN_ARG, DOMAINS, for_domain, parse_args, stage_name,
                               training_domain, write_json)
 

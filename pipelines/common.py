@@ -18,13 +18,13 @@ from baselines.sdpo import SDPO
 from baselines.skill_sd import SkillSD
 from evaluation.agentic import benchmarks as agentic_benchmarks
 from evaluation.coding import taco
-from lopd.composer import FRAMINGS
-from lopd.config import KNOWN_METHODS, REPO_ROOT, Config, ConfigError, load_config, resolve_merged
-from lopd.lopd_method import LOPD
-from lopd.pool import POOL_FILE
-from lopd.multiturn import multi_turn
-from lopd.rollout import Rollouts, ScoreFn, Task, single_turn
-from lopd.methods import Method, Vanilla
+from lopd.latent.composer import FRAMINGS
+from lopd.core.config import KNOWN_METHODS, REPO_ROOT, Config, ConfigError, load_config, resolve_merged
+from lopd.latent.method import LOPD
+from baselines.pool import POOL_FILE
+from lopd.core.multiturn import multi_turn
+from lopd.core.rollout import Rollouts, ScoreFn, Task, single_turn
+from lopd.core.methods import Method, Vanilla
 
 BASE_MODEL_DIR = REPO_ROOT / "models" / "base"
 BANK_DIR = REPO_ROOT / "bank"

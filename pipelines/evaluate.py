@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 
 from evaluation import evalplus_bench
-from lopd.loop import policy_dir
-from lopd.rollout import encode_prompt, make_backend, sampling_params
-from lopd.models import load_tokenizer
-from lopd.tracking import Tracker
+from lopd.core.loop import policy_dir
+from lopd.core.rollout import encode_prompt, make_backend, sampling_params
+from lopd.core.models import load_tokenizer
+from lopd.core.tracking import Tracker
 from pipelines.common import BASE_MODEL_DIR, CHECKPOINTS_DIR, METRICS_DIR, RESULTS_DIR, parse_args, write_json
 
 

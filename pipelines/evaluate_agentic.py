@@ -9,11 +9,11 @@ from statistics import mean
 
 from evaluation.agentic.acebench.user_simulator import LocalModelUser, OpenAICompatibleUser
 from evaluation.agentic.benchmarks import load_benchmark
-from lopd.loop import policy_dir
-from lopd.models import load_tokenizer
-from lopd.multiturn import BEHAVIOUR_KEYS, run_episodes
-from lopd.rollout import make_backend, sampling_params
-from lopd.tracking import Tracker
+from lopd.core.loop import policy_dir
+from lopd.core.models import load_tokenizer
+from lopd.core.multiturn import BEHAVIOUR_KEYS, run_episodes
+from lopd.core.rollout import make_backend, sampling_params
+from lopd.core.tracking import Tracker
 from pipelines.common import BASE_MODEL_DIR, DOMAINS, parse_args, write_json
 
 EXTRA_SCORES = ("end_to_end", "process")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import shutil
 import time
 
-from lopd.models import prepare_base_model
-from lopd.tracking import Tracker
+from lopd.core.models import prepare_base_model
+from lopd.core.tracking import Tracker
 from pipelines.common import BASE_MODEL_DIR, parse_args
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from evaluation.tables import METHOD_LABELS, Table, behaviour_table, code_table, to_csv, to_latex, to_markdown, tool_use_table
-from lopd.config import REPO_ROOT
-from lopd.tracking import Tracker
+from lopd.core.config import REPO_ROOT
+from lopd.core.tracking import Tracker
 from pipelines.common import DOMAINS, parse_args
 
 TABLES_DIR = REPO_ROOT / "reports" / "tables"

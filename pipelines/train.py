@@ -6,8 +6,8 @@ from __future__ import annotations
 import sys
 import time
 
-from lopd.loop import MethodInputError, train
-from lopd.tracking import Tracker
+from lopd.core.loop import MethodInputError, train
+from lopd.core.tracking import Tracker
 from pipelines.common import (BASE_MODEL_DIR, DOMAIN_ARG, DOMAINS, build_method, for_domain, parse_args, stage_name,
                               training_domain, write_json)
 

@@ -22,15 +22,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from lopd.config import REPO_ROOT
+from lopd.core.config import REPO_ROOT
 
 OUT = REPO_ROOT / "reports" / "perf" / "agentic_update.json"
 EPISODES, STEPS, ACTION_TOKENS, OBSERVATION_TOKENS = 8, 3, 64, 80
 
 
 def episodes(tokenizer, tasks):
-    from lopd.rollout import encode_prompt
-    from lopd.trajectory import Trajectory, Turn
+    from lopd.core.rollout import encode_prompt
+    from lopd.core.trajectory import Trajectory, Turn
     rng = random.Random(0)
     out = []
     spread = tasks[::max(1, len(tasks) // EPISODES)][:EPISODES]  # different environments, different tool lists
@@ -48,9 +48,9 @@ def lopd_bank(cfg_bank_dir: Path, work: Path) -> Path:
     """A bank of 5 oracle-pool traces over the agentic query embeddings."""
     import numpy as np
 
-    from lopd.bank import BankEntry, write_bank
-    from lopd.pool import load_pool
-    from lopd.retrieval import BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE, load_vectors, save_vectors
+    from lopd.latent.bank import BankEntry, write_bank
+    from baselines.pool import load_pool
+    from lopd.latent.retrieval import BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE, load_vectors, save_vectors
     ids, queries = load_vectors(cfg_bank_dir / QUERIES_FILE)
     demos = list(load_pool(REPO_ROOT / "pool_agentic" / "oracle.jsonl").values())[:5]
     entries = [BankEntry(d.task_id, d.task, d.text, d.text, 1.0) for d in demos]
@@ -66,12 +66,12 @@ def run_variant(method_name: str, checkpointing: bool) -> dict:
     import torch
     from accelerate import Accelerator
 
-    from lopd.composer import FRAMINGS
-    from lopd.config import load_config, resolve_merged
-    from lopd.lopd_method import LOPD
-    from lopd.loop import update
-    from lopd.methods import MethodContext
-    from lopd.models import load_model, load_tokenizer
+    from lopd.latent.composer import FRAMINGS
+    from lopd.core.config import load_config, resolve_merged
+    from lopd.latent.method import LOPD
+    from lopd.core.loop import update
+    from lopd.core.methods import MethodContext
+    from lopd.core.models import load_model, load_tokenizer
     from pipelines.common import BASE_MODEL_DIR, DOMAINS, build_method, for_domain, training_domain
 
     raw = for_domain(load_config(REPO_ROOT / "params.yaml"), "agentic").to_dict()

@@ -26,14 +26,14 @@ import torch
 from accelerate import Accelerator
 
 from baselines.grpo import GRPO
-from lopd.composer import FRAMINGS
-from lopd.config import REPO_ROOT, load_config
-from lopd.lopd_method import LOPD
-from lopd.loop import update
-from lopd.losses import chunked_distillation, topk_tail_reverse_kl
-from lopd.methods import MethodContext
-from lopd.models import load_model, load_tokenizer
-from lopd.rollout import make_backend, sampling_params, single_turn
+from lopd.latent.composer import FRAMINGS
+from lopd.core.config import REPO_ROOT, load_config
+from lopd.latent.method import LOPD
+from lopd.core.loop import update
+from lopd.core.losses import chunked_distillation, topk_tail_reverse_kl
+from lopd.core.methods import MethodContext
+from lopd.core.models import load_model, load_tokenizer
+from lopd.core.rollout import make_backend, sampling_params, single_turn
 from pipelines.common import BANK_DIR, BASE_MODEL_DIR, COMPOSER_DIR, coding_training_tasks
 
 

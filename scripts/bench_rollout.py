@@ -20,11 +20,11 @@ from pathlib import Path
 import torch
 
 from baselines.grpo import GRPO
-from lopd.config import REPO_ROOT, resolve
-from lopd.loop import train
-from lopd.rollout import encode_prompt, make_backend, single_turn
-from lopd.models import load_model, load_tokenizer
-from lopd.sampling import SamplingParams
+from lopd.core.config import REPO_ROOT, resolve
+from lopd.core.loop import train
+from lopd.core.rollout import encode_prompt, make_backend, single_turn
+from lopd.core.models import load_model, load_tokenizer
+from lopd.core.sampling import SamplingParams
 from pipelines.common import coding_training_tasks
 
 

@@ -16,21 +16,21 @@ def _isolated_mlflow(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
-    from lopd.models import prepare_base_model
+    from lopd.core.models import prepare_base_model
 
     return prepare_base_model("tiny-random", tmp_path_factory.mktemp("tiny") / "base", seed=0)
 
 
 @pytest.fixture(scope="session")
 def tiny_model(tiny_model_dir):
-    from lopd.models import load_model
+    from lopd.core.models import load_model
 
     return load_model(tiny_model_dir).eval()
 
 
 @pytest.fixture(scope="session")
 def tokenizer(tiny_model_dir):
-    from lopd.models import load_tokenizer
+    from lopd.core.models import load_tokenizer
 
     return load_tokenizer(tiny_model_dir)
 

@@ -22,7 +22,7 @@ from evaluation.agentic.acebench.phone import BaseApi, FoodPlatform, MessageApi,
 from evaluation.agentic.acebench.scoring import process_accuracy
 from evaluation.agentic.acebench.travel import Travel
 from evaluation.agentic.acebench.user_simulator import OPENING, strip_thinking
-from lopd.multiturn import AGENT_SYSTEM_PROMPT, TASK_COMPLETED, ToolCall
+from lopd.core.multiturn import AGENT_SYSTEM_PROMPT, TASK_COMPLETED, ToolCall
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("LOPD_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -505,8 +505,8 @@ def test_openai_compatible_user_against_local_endpoint(monkeypatch):
 
 
 def test_local_model_user_with_fake_backend():
-    from lopd.rollout import encode_prompt
-    from lopd.sampling import Completion, SamplingParams
+    from lopd.core.rollout import encode_prompt
+    from lopd.core.sampling import Completion, SamplingParams
 
     class Tokenizer:
         """Renders "role: content" lines; one token per character."""

@@ -4,8 +4,8 @@ without self-retrieval, and the embedded MiniLM embedder."""
 import numpy as np
 import pytest
 
-from lopd.bank import BankEntry, check_no_eval_overlap, read_bank, successful_entries, write_bank
-from lopd.retrieval import EMBEDDED_MINILM, Retriever, TextEmbedder
+from lopd.latent.bank import BankEntry, check_no_eval_overlap, read_bank, successful_entries, write_bank
+from lopd.latent.retrieval import EMBEDDED_MINILM, Retriever, TextEmbedder
 
 
 def test_successful_entries_keeps_successes_once_per_distinct_trace():

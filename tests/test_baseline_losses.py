@@ -8,7 +8,7 @@ from functools import partial
 import pytest
 import torch
 
-from lopd.losses import (chunked_distillation, distillation_loss, forward_kl, importance_weights,
+from lopd.core.losses import (chunked_distillation, distillation_loss, forward_kl, importance_weights,
                          sampled_token_reverse_kl, topk_tail_reverse_kl)
 
 

@@ -9,16 +9,16 @@ import torch
 from safetensors.torch import load_file
 
 from baselines import opsd, sdft, sdpo, skill_sd
-from lopd.bank import BankEntry
-from lopd.config import ConfigError, resolve
-from lopd.loop import MethodInputError, train
-from lopd.models import load_model
-from lopd.pool import (BASE_MODEL_ROLLOUT, POOL_FILE, REFERENCE_SOLUTION, Demonstration, assemble_pool, load_pool,
+from lopd.latent.bank import BankEntry
+from lopd.core.config import ConfigError, resolve
+from lopd.core.loop import MethodInputError, train
+from lopd.core.models import load_model
+from baselines.pool import (BASE_MODEL_ROLLOUT, POOL_FILE, REFERENCE_SOLUTION, Demonstration, assemble_pool, load_pool,
                        render_reference, write_pool)
-from lopd.retrieval import QUERIES_FILE, TextEmbedder, query_text, save_vectors
-from lopd.rollout import Task, single_turn
-from lopd.skills import Skill, ucb1_choice
-from lopd.teachers import Teacher, ema_update_
+from lopd.latent.retrieval import QUERIES_FILE, TextEmbedder, query_text, save_vectors
+from lopd.core.rollout import Task, single_turn
+from baselines.skills import Skill, ucb1_choice
+from baselines.teachers import Teacher, ema_update_
 
 SYSTEM = "You are an expert Python programmer."
 TASKS = [Task(f"t{i}", [{"role": "system", "content": SYSTEM},
@@ -83,7 +83,7 @@ def test_opsd_appends_the_oracle_trajectory_to_the_system_message_or_creates_one
 def test_sdpo_reprompts_with_a_successful_sibling(tokenizer):
     method = sdpo.SDPO(_cfg(sdpo={"success_threshold": 0.9}))
     method.tokenizer, method.messages = tokenizer, {t.task_id: t.messages for t in TASKS}
-    from lopd.trajectory import Trajectory, Turn
+    from lopd.core.trajectory import Trajectory, Turn
     solution_ids = tokenizer.encode("print(2)")
     trajs = [Trajectory("t1", [Turn([1], ids, [0.0] * len(ids))], reward=r, group=0,
                         metadata={"response": tokenizer.decode(ids)})
@@ -167,7 +167,7 @@ def test_frozen_teacher_stays_frozen_and_no_gradient_reaches_any_teacher(tiny_mo
     assert all(not p.requires_grad and p.grad is None for p in teacher.parameters())
     student = load_model(tiny_model_dir)
     live = Teacher("live", student, tiny_model_dir, "float32")
-    from lopd.trajectory import Trajectory, Turn, collate
+    from lopd.core.trajectory import Trajectory, Turn, collate
     batch = collate([Trajectory("t", [Turn([1, 2, 3], [4, 5], [0.0, 0.0])])], 0)
     hidden = live.hidden_at_actions(batch)
     assert hidden.shape[0] == 2 and not hidden.requires_grad and not live.weight_V_D.requires_grad

@@ -4,10 +4,10 @@ adapter isolation, and the placeholder prompt."""
 import pytest
 import torch
 
-from lopd.composer import FRAMINGS, Composer, compose, inject_latents, teacher_batch, teacher_prompt_ids
-from lopd.config import ComposerConfig
-from lopd.models import load_model
-from lopd.trajectory import Trajectory, Turn
+from lopd.latent.composer import FRAMINGS, Composer, compose, inject_latents, teacher_batch, teacher_prompt_ids
+from lopd.core.config import ComposerConfig
+from lopd.core.models import load_model
+from lopd.core.trajectory import Trajectory, Turn
 
 MESSAGES = [{"role": "system", "content": "You are an expert Python programmer."},
             {"role": "user", "content": "Print the sum of two integers read from stdin."}]

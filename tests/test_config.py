@@ -1,7 +1,7 @@
 import pytest
 import yaml
 
-from lopd.config import PROFILES, Config, ConfigError, load_config, resolve
+from lopd.core.config import PROFILES, Config, ConfigError, load_config, resolve
 
 
 def test_repo_params_load_and_default_profile_is_cpu():
@@ -81,7 +81,7 @@ def test_every_profile_resolves():
 
 def test_params_yaml_lists_every_field():
     """params.yaml documents every knob: its keys are exactly the dataclass fields."""
-    raw = yaml.safe_load(open(__import__("lopd.config").config.REPO_ROOT / "params.yaml"))
+    raw = yaml.safe_load(open(__import__("lopd.core.config").config.REPO_ROOT / "params.yaml"))
     assert set(raw) == set(Config().to_dict())
     for section, values in Config().to_dict().items():
         if isinstance(values, dict):

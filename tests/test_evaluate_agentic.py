@@ -1,6 +1,6 @@
 """The eval_agentic summary: benchmark score and behaviour means, robust to empty benchmarks and failed scoring."""
 
-from lopd.trajectory import Trajectory, Turn
+from lopd.core.trajectory import Trajectory, Turn
 from pipelines.evaluate_agentic import summarise
 
 

@@ -5,10 +5,10 @@ import torch
 from safetensors.torch import load_file
 
 from baselines.grpo import GRPO
-from lopd.config import resolve
-from lopd.loop import policy_dir, tasks_for_step, train
-from lopd.rollout import Task, single_turn
-from lopd.methods import Vanilla
+from lopd.core.config import resolve
+from lopd.core.loop import policy_dir, tasks_for_step, train
+from lopd.core.rollout import Task, single_turn
+from lopd.core.methods import Vanilla
 
 TASKS = [Task(f"t{i}", [{"role": "user", "content": f"Say something about the number {i}."}]) for i in range(6)]
 
@@ -87,9 +87,9 @@ def test_skipping_zero_advantage_groups_is_exact(tiny_model_dir):
     """The loop skips trajectories whose gradient is exactly zero; the step must equal the full one."""
     from accelerate import Accelerator
 
-    from lopd.loop import update
-    from lopd.models import load_model
-    from lopd.trajectory import Trajectory, Turn
+    from lopd.core.loop import update
+    from lopd.core.models import load_model
+    from lopd.core.trajectory import Trajectory, Turn
 
     class GRPONoSkip(GRPO):
         def contributes(self, trajectory):

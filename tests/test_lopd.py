@@ -5,16 +5,16 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lopd.bank import BankEntry, task_text, write_bank
-from lopd.cold_start import ANCHORS_FILE, COMPOSER_FILE, cold_start
-from lopd.composer import FRAMINGS
-from lopd.config import resolve
-from lopd.lopd_method import LOPD
-from lopd.loop import MethodInputError, train
-from lopd.methods import MethodContext
-from lopd.models import load_tokenizer
-from lopd.retrieval import BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE, save_vectors
-from lopd.rollout import Task, single_turn
+from lopd.latent.bank import BankEntry, task_text, write_bank
+from lopd.latent.cold_start import ANCHORS_FILE, COMPOSER_FILE, cold_start
+from lopd.latent.composer import FRAMINGS
+from lopd.core.config import resolve
+from lopd.latent.method import LOPD
+from lopd.core.loop import MethodInputError, train
+from lopd.core.methods import MethodContext
+from lopd.core.models import load_tokenizer
+from lopd.latent.retrieval import BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE, save_vectors
+from lopd.core.rollout import Task, single_turn
 
 TASKS = [Task(f"t{i}", [{"role": "system", "content": "You are an expert Python programmer."},
                         {"role": "user", "content": f"Print the number {i} times two."}]) for i in range(6)]
@@ -125,7 +125,7 @@ def test_missing_composer_is_a_clear_error(tiny_model_dir, bank_dir, tmp_path):
 
 def test_bank_growth_adds_training_successes_and_survives_resume(tiny_model_dir, tmp_path):
     """With bank.grow_during_training, successful rollouts (here: reward >= 0.5) join the bank each step."""
-    from lopd.retrieval import EMBEDDED_MINILM, TextEmbedder, document_text, query_text
+    from lopd.latent.retrieval import EMBEDDED_MINILM, TextEmbedder, document_text, query_text
     bank_dir, embedder = tmp_path / "bank", TextEmbedder(EMBEDDED_MINILM)
     entries = [BankEntry(t.task_id, task_text(t.messages), f"print({i} * 2)", "ok", 1.0)
                for i, t in enumerate(TASKS[:3])]

@@ -6,7 +6,7 @@ from functools import partial
 import pytest
 import torch
 
-from lopd.losses import (anchor_penalty, chunked_distillation, dual_update, lopd_loss, privilege_margin,
+from lopd.core.losses import (anchor_penalty, chunked_distillation, dual_update, lopd_loss, privilege_margin,
                          sequence_means, topk_tail_reverse_kl)
 
 

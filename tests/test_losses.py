@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from lopd.losses import group_advantages, ppo_clip_loss, token_logprobs
+from lopd.core.losses import group_advantages, ppo_clip_loss, token_logprobs
 
 
 def test_token_logprobs_chunked_equals_full_log_softmax_values_and_grads():

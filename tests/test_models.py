@@ -1,7 +1,7 @@
 import torch
 from transformers import AutoModelForCausalLM
 
-from lopd.models import SMOLLM2_GGUF, _smollm2_dir, load_model, load_tokenizer, prepare_base_model
+from lopd.core.models import SMOLLM2_GGUF, _smollm2_dir, load_model, load_tokenizer, prepare_base_model
 
 
 def test_tiny_random_is_seeded_and_has_the_smollm2_chat_template(tiny_model_dir, tmp_path):

@@ -12,17 +12,17 @@ from hypothesis import strategies as st
 
 from baselines import opsd, sdft, skill_sd
 from baselines.grpo import GRPO
-from lopd import multiturn
-from lopd.config import PROFILES, ConfigError, resolve
-from lopd.loop import train
-from lopd.models import load_tokenizer
-from lopd.multiturn import (BEHAVIOUR_KEYS, TASK_COMPLETED, ParsedStep, continuation_ids, end_of_turn_id, multi_turn,
+from lopd.core import multiturn
+from lopd.core.config import PROFILES, ConfigError, resolve
+from lopd.core.loop import train
+from lopd.core.models import load_tokenizer
+from lopd.core.multiturn import (BEHAVIOUR_KEYS, TASK_COMPLETED, ParsedStep, continuation_ids, end_of_turn_id, multi_turn,
                             observation_lite, parse_step, run_episodes)
-from lopd.pool import BASE_MODEL_ROLLOUT, POOL_FILE, Demonstration, write_pool
-from lopd.retrieval import QUERIES_FILE, TextEmbedder, save_vectors
-from lopd.rollout import Task, encode_prompt, make_backend
-from lopd.sampling import Completion, SamplingParams
-from lopd.trajectory import Turn, collate, with_prompt
+from baselines.pool import BASE_MODEL_ROLLOUT, POOL_FILE, Demonstration, write_pool
+from lopd.latent.retrieval import QUERIES_FILE, TextEmbedder, save_vectors
+from lopd.core.rollout import Task, encode_prompt, make_backend
+from lopd.core.sampling import Completion, SamplingParams
+from lopd.core.trajectory import Turn, collate, with_prompt
 
 TOOLS = [{"type": "function", "function": {"name": "add", "description": "Add n to the counter.",
                                            "parameters": {"type": "object", "properties": {"n": {"type": "integer"}},
@@ -352,7 +352,7 @@ def test_self_distillation_methods_train_on_episodes(name, tiny_model_dir, tmp_p
 
 
 def test_observation_lite_cuts_long_results():
-    from lopd.multiturn import ToolCall
+    from lopd.core.multiturn import ToolCall
     text = observation_lite([(ToolCall("find", {"q": "x y"}), "a\n b " * 100)], observation_chars=10)
     assert text == '1. find(q="x y") -> a b a b a ...'
 

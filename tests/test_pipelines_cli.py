@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from lopd.config import REPO_ROOT
+from lopd.core.config import REPO_ROOT
 
 
 def _run_stage(module, *args):

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from lopd.models import load_tokenizer
-from lopd.rollout import TOOLS_BLOCK, chat_text, encode_prompt, supports_tools
+from lopd.core.models import load_tokenizer
+from lopd.core.rollout import TOOLS_BLOCK, chat_text, encode_prompt, supports_tools
 
 TOOL = {"type": "function", "function": {"name": "get", "description": "Read the counter.",
                                          "parameters": {"type": "object", "properties": {}}}}

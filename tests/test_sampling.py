@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from lopd.models import load_model
-from lopd.sampling import ROLLOUT_ATTENTION, HFBackend, SamplingParams, sample_next
+from lopd.core.models import load_model
+from lopd.core.sampling import ROLLOUT_ATTENTION, HFBackend, SamplingParams, sample_next
 
 
 def _prompts(tokenizer):
@@ -74,7 +74,7 @@ def test_sample_next_respects_top_k_and_top_p():
 def test_long_prefill_attention_matches_the_grouped_path():
     import torch
 
-    from lopd.sampling import LONG_PREFILL, grouped_attention
+    from lopd.core.sampling import LONG_PREFILL, grouped_attention
     torch.manual_seed(0)
     length, dim = LONG_PREFILL + 3, 16
     query, key, value = torch.randn(2, 6, length, dim), torch.randn(2, 2, length, dim), torch.randn(2, 2, length, dim)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lopd.config import REPO_ROOT
+from lopd.core.config import REPO_ROOT
 
 SHARED = Path(os.environ.get("LOPD_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 IGNORE = shutil.ignore_patterns(".venv", ".git", "models", "checkpoints", "bank", "pool", "bank_agentic", "pool_agentic",

@@ -1,5 +1,5 @@
-from lopd.config import resolve
-from lopd.tracking import Tracker, flatten
+from lopd.core.config import resolve
+from lopd.core.tracking import Tracker, flatten
 
 
 def test_mlflow_outage_disables_logging_without_raising(monkeypatch, capsys):

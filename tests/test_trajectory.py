@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from lopd.trajectory import Trajectory, Turn, collate, with_prompt
+from lopd.core.trajectory import Trajectory, Turn, collate, with_prompt
 
 
 def test_multi_turn_collate_masks_everything_but_actions():

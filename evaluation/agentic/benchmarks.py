@@ -13,9 +13,9 @@ from typing import Callable, Iterator
 
 from evaluation.agentic import envscaler, envscaler_mini
 from evaluation.agentic.acebench.user_simulator import UserSimulator
-from lopd.config import Config
-from lopd.multiturn import ToolEnvironment
-from lopd.rollout import Task
+from lopd.core.config import Config
+from lopd.core.multiturn import ToolEnvironment
+from lopd.core.rollout import Task
 
 
 
@@ -72,7 +72,7 @@ class Benchmark:
 
 
 def load_benchmark(cfg: Config, name: str, user: UserSimulator) -> Benchmark:
-    """One of Table 1's benchmarks (`lopd.config.AGENTIC_BENCHMARKS`), its first `agentic.task_limit` tasks.
+    """One of Table 1's benchmarks (`lopd.core.config.AGENTIC_BENCHMARKS`), its first `agentic.task_limit` tasks.
     Missing data raises OSError/ValueError with the path in the message."""
     a, limit = cfg.agentic, cfg.agentic.task_limit
     if name == "envscaler":

@@ -1,4 +1,4 @@
-"""BFCL-v3 multi-turn (base, miss_func, miss_param, long_context) as a `lopd.multiturn.ToolEnvironment`.
+"""BFCL-v3 multi-turn (base, miss_func, miss_param, long_context) as a `lopd.core.multiturn.ToolEnvironment`.
 
 What comes from the ``bfcl-eval`` package (imported, not re-implemented):
 
@@ -31,7 +31,7 @@ Episode (mirrors BFCL's FC-mode inference loop):
   irrelevant records).
 * System message: none by default. BFCL serves models in FC mode, where its harness sends only the
   user turns and the tool schemas (the chat template renders the tools); the driver may pass its own
-  ``system_prompt`` (e.g. ``lopd.multiturn.AGENT_SYSTEM_PROMPT``) to the constructor.
+  ``system_prompt`` (e.g. ``lopd.core.multiturn.AGENT_SYSTEM_PROMPT``) to the constructor.
 * Step limits are the driver's: BFCL's ``MAXIMUM_STEP_LIMIT`` (20 steps per turn) counts steps of
   parallel calls, which a one-call-per-step driver cannot mirror (some ground-truth turns have more
   than 20 calls). An episode the driver stops before the last turn's reply scores invalid.
@@ -388,7 +388,7 @@ def _render(result: Any) -> str:
 
 
 class BFCLEnvironment:
-    """One BFCL multi-turn episode (`lopd.multiturn.ToolEnvironment`). See the module docstring."""
+    """One BFCL multi-turn episode (`lopd.core.multiturn.ToolEnvironment`). See the module docstring."""
 
     def __init__(self, entry: BFCLEntry, system_prompt: str | None = None):
         self.entry = entry

@@ -11,7 +11,7 @@ Public API:
         .create(code, class_name, init_config) -> (handle | None, Reply); .call(handle, name, arguments,
         max_chars) -> Reply; .check(handle, source) -> Reply; .drop(handle); .close(); .restarts
     EnvScalerEnvironment(env, task, worker, max_observation_chars=4000)
-                                                         the lopd.multiturn.ToolEnvironment protocol
+                                                         the lopd.core.multiturn.ToolEnvironment protocol
     EnvScalerSuite(envs, tasks, workers=1, call_timeout=5.0, ...)
                                                          .make(task) -> EnvScalerEnvironment, .close()
     replay(env, calls) -> dict                           reset, run [{"name", "arguments"}, ...], score()
@@ -36,7 +36,7 @@ Conventions taken from EnvScaler's reference runtime:
 - a check source defines `check_func(final_state) -> bool` and sees the initial state as the global
   `initial_state`; a check that raises, times out or returns a non-bool counts as failed.
 - reward = passed checks / all checks (continuous in [0, 1]).
-- the episode ends when the agent replies with 'Task Completed' (lopd.multiturn.TASK_COMPLETED).
+- the episode ends when the agent replies with 'Task Completed' (lopd.core.multiturn.TASK_COMPLETED).
 Deviations, all deliberate: observations are `json.dumps(value, default=str)` (EnvScaler uses
 `str(value)`), capped at `max_observation_chars` with a note; a failing call is an `Error: ...`
 observation and the episode goes on (EnvScaler ends it); only methods listed in `tools` can be called
@@ -85,7 +85,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lopd.multiturn import AGENT_SYSTEM_PROMPT, TASK_COMPLETED
+from lopd.core.multiturn import AGENT_SYSTEM_PROMPT, TASK_COMPLETED
 
 NUDGE = (f"No tool call found. Call one of the tools to continue the task, or reply exactly "
          f"'{TASK_COMPLETED}' if it is done.")
@@ -583,7 +583,7 @@ def _close_all_workers() -> None:
 
 
 class EnvScalerEnvironment:
-    """One EnvScaler task as a lopd.multiturn.ToolEnvironment; the worker is shared, not owned."""
+    """One EnvScaler task as a lopd.core.multiturn.ToolEnvironment; the worker is shared, not owned."""
 
     def __init__(self, env: EnvItem, task: TaskItem, worker: EnvScalerWorker,
                  max_observation_chars: int = 4000) -> None:

@@ -1,4 +1,4 @@
-"""ACEBench agent tasks (multi-step: 20, multi-turn: 30) as `lopd.multiturn.ToolEnvironment`s.
+"""ACEBench agent tasks (multi-step: 20, multi-turn: 30) as `lopd.core.multiturn.ToolEnvironment`s.
 
 Public API:
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluation.agentic.jsonl import read_jsonl
-from lopd.multiturn import ToolCall
+from lopd.core.multiturn import ToolCall
 
 KINDS = ("multi_step", "multi_turn")
 CLASS_NAMES = ("BaseApi", "MessageApi", "ReminderApi", "FoodPlatform", "Travel")

@@ -1,4 +1,4 @@
-"""`ACEEnvironment`: one ACEBench agent task as a `lopd.multiturn.ToolEnvironment`, and the milestone replay.
+"""`ACEEnvironment`: one ACEBench agent task as a `lopd.core.multiturn.ToolEnvironment`, and the milestone replay.
 
 Multi-step: the opening user message is the question. A step without a tool call that contains
 TASK_COMPLETED ends the episode; any other one gets a short nudge, and after `max_nudges` nudges in a
@@ -25,7 +25,7 @@ from evaluation.agentic.acebench.scoring import process_accuracy
 from evaluation.agentic.acebench.travel import make_travel
 from evaluation.agentic.acebench.user_simulator import (OPENING, UserSimulator, is_finished,
                                                         simulator_system_prompt, strip_thinking)
-from lopd.multiturn import AGENT_SYSTEM_PROMPT, TASK_COMPLETED, ToolCall
+from lopd.core.multiturn import AGENT_SYSTEM_PROMPT, TASK_COMPLETED, ToolCall
 
 MULTI_TURN_ROLE = (
     "You are serving a user in a conversation. A message of yours without a tool call is shown to the user, "

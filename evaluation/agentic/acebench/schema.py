@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from lopd.multiturn import ToolCall
+from lopd.core.multiturn import ToolCall
 
 JSON_TYPES = {"dict": "object", "object": "object", "list": "array", "array": "array", "tuple": "array",
               "string": "string", "str": "string", "integer": "integer", "int": "integer", "float": "number",

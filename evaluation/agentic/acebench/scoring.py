@@ -21,7 +21,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from lopd.multiturn import ToolCall
+from lopd.core.multiturn import ToolCall
 
 
 def process_accuracy(alternatives: Sequence[Sequence[Sequence[ToolCall]]], executed: Sequence[ToolCall]) -> float:

@@ -76,7 +76,7 @@ class OpenAICompatibleUser:
 
 
 class LocalModelUser:
-    """A user played by a local model in-process through our sampling API (`lopd.sampling`).
+    """A user played by a local model in-process through our sampling API (`lopd.core.sampling`).
 
     Sampling is seeded by `seed` and the conversation itself, so the same dialogue gets the same answer
     whatever order episodes run in.
@@ -86,7 +86,7 @@ class LocalModelUser:
         self.backend, self.tokenizer, self.params, self.seed = backend, tokenizer, params, seed
 
     def __call__(self, messages: list[dict[str, str]]) -> str:
-        from lopd.rollout import encode_prompt
+        from lopd.core.rollout import encode_prompt
 
         prompt = encode_prompt(self.tokenizer, messages)
         digest = hashlib.sha256(json.dumps([self.seed, messages], sort_keys=True).encode()).digest()

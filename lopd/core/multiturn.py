@@ -20,9 +20,9 @@ from typing import Any, Callable, Protocol, Sequence
 
 from transformers import PreTrainedTokenizerBase
 
-from lopd.rollout import Rollouts, Task, encode_prompt
-from lopd.sampling import RolloutBackend, SamplingParams
-from lopd.trajectory import Trajectory, Turn
+from lopd.core.rollout import Rollouts, Task, encode_prompt
+from lopd.core.sampling import RolloutBackend, SamplingParams
+from lopd.core.trajectory import Trajectory, Turn
 
 AGENT_SYSTEM_PROMPT = (
     "You are a helpful assistant. When given a specific task, your goal is to complete it in an interactive "

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 PROFILES_NAMES = ("smoke", "cpu", "paper")
 KNOWN_BASELINES = ("vanilla", "grpo", "skill_sd", "opsd", "sdpo", "sdft")  # the paper's table order
 KNOWN_METHODS = (*KNOWN_BASELINES, "lopd")

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from lopd.bank import BankEntry, read_bank
+from lopd.latent.bank import BankEntry, read_bank
 
 EMBEDDED_MINILM = "all-minilm-l6-v2"
 

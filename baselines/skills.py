@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from lopd.retrieval import Retriever, TextEmbedder
-from lopd.rollout import encode_prompt
-from lopd.sampling import SamplingParams
+from lopd.latent.retrieval import Retriever, TextEmbedder
+from lopd.core.rollout import encode_prompt
+from lopd.core.sampling import SamplingParams
 
 SECTIONS = ("what_works", "what_to_avoid", "workflow")
 QUESTIONS = {

@@ -17,15 +17,15 @@ from typing import Any, Callable
 
 import torch
 
-from lopd.bank import BankEntry, task_text
-from lopd.cold_start import ANCHORS_FILE, COMPOSER_FILE
-from lopd.composer import Composer, compose, teacher_batch
-from lopd.config import Config
-from lopd.losses import anchor_penalty, chunked_distillation, dual_update, lopd_loss, topk_tail_reverse_kl
-from lopd.methods import Method, MethodContext, PolicyOutputs
-from lopd.models import load_model
-from lopd.retrieval import TextEmbedder, document_text, load_bank
-from lopd.trajectory import TokenBatch, Trajectory
+from lopd.latent.bank import BankEntry, task_text
+from lopd.latent.cold_start import ANCHORS_FILE, COMPOSER_FILE
+from lopd.latent.composer import Composer, compose, teacher_batch
+from lopd.core.config import Config
+from lopd.core.losses import anchor_penalty, chunked_distillation, dual_update, lopd_loss, topk_tail_reverse_kl
+from lopd.core.methods import Method, MethodContext, PolicyOutputs
+from lopd.core.models import load_model
+from lopd.latent.retrieval import TextEmbedder, document_text, load_bank
+from lopd.core.trajectory import TokenBatch, Trajectory
 
 
 class LOPD(Method):

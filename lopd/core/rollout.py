@@ -13,10 +13,10 @@ from typing import Any, Callable, Protocol, Sequence
 
 from transformers import PreTrainedTokenizerBase
 
-from lopd.config import Config
-from lopd.models import load_model
-from lopd.sampling import ROLLOUT_ATTENTION, HFBackend, RolloutBackend, SamplingParams
-from lopd.trajectory import Trajectory, Turn
+from lopd.core.config import Config
+from lopd.core.models import load_model
+from lopd.core.sampling import ROLLOUT_ATTENTION, HFBackend, RolloutBackend, SamplingParams
+from lopd.core.trajectory import Trajectory, Turn
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import torch
 
-from lopd.methods import TeacherKind
-from lopd.models import load_model
-from lopd.trajectory import TokenBatch
+from lopd.core.methods import TeacherKind
+from lopd.core.models import load_model
+from lopd.core.trajectory import TokenBatch
 
 
 @torch.no_grad()

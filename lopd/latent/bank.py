@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-from lopd.config import Config
-from lopd.models import load_tokenizer
-from lopd.rollout import Rollouts, Task, make_backend, sampling_params, step_seed
+from lopd.core.config import Config
+from lopd.core.models import load_tokenizer
+from lopd.core.rollout import Rollouts, Task, make_backend, sampling_params, step_seed
 
 BANK_VERSION = 1
 

@@ -16,10 +16,10 @@ import torch
 from accelerate import Accelerator
 from transformers import PreTrainedTokenizerBase
 
-from lopd.config import Config
-from lopd.losses import token_logprobs
-from lopd.rollout import Task
-from lopd.trajectory import TokenBatch, Trajectory
+from lopd.core.config import Config
+from lopd.core.losses import token_logprobs
+from lopd.core.rollout import Task
+from lopd.core.trajectory import TokenBatch, Trajectory
 
 TeacherKind = Literal["none", "frozen", "ema", "live"]
 """none: no teacher; frozen: the initial model; ema: an exponential moving average of the student; live: the

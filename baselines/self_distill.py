@@ -15,13 +15,13 @@ from typing import Any, Callable
 
 import torch
 
-from lopd.config import Config
-from lopd.losses import chunked_distillation, distillation_loss
-from lopd.methods import Method, MethodContext, PolicyOutputs
-from lopd.pool import load_pool
-from lopd.rollout import encode_prompt
-from lopd.teachers import Teacher
-from lopd.trajectory import TokenBatch, Trajectory, collate, with_prompt
+from lopd.core.config import Config
+from lopd.core.losses import chunked_distillation, distillation_loss
+from lopd.core.methods import Method, MethodContext, PolicyOutputs
+from baselines.pool import load_pool
+from lopd.core.rollout import encode_prompt
+from baselines.teachers import Teacher
+from lopd.core.trajectory import TokenBatch, Trajectory, collate, with_prompt
 
 Messages = list[dict[str, str]]
 TEACHER_MESSAGES = "teacher_messages"  # trajectory.metadata key set by `prepare`

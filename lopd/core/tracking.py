@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lopd.config import REPO_ROOT, Config, mlflow_uri
+from lopd.core.config import REPO_ROOT, Config, mlflow_uri
 
 _METRIC_NAME = re.compile(r"[^0-9A-Za-z_\-. :/]")
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from lopd.bank import BankEntry, read_records, write_records
+from lopd.latent.bank import BankEntry, read_records, write_records
 
 POOL_VERSION = 1
 POOL_FILE = "oracle.jsonl"

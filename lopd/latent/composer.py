@@ -27,9 +27,9 @@ from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from lopd.config import ComposerConfig
-from lopd.rollout import chat_text
-from lopd.trajectory import TokenBatch, Trajectory, collate, with_prompt
+from lopd.core.config import ComposerConfig
+from lopd.core.rollout import chat_text
+from lopd.core.trajectory import TokenBatch, Trajectory, collate, with_prompt
 
 LATENT_PLACEHOLDER = "<|LATENT_PH|>"
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

@@ -21,13 +21,13 @@ from typing import Sequence
 import torch
 from accelerate import Accelerator
 
-from lopd.config import KNOWN_METHODS, Config
-from lopd.methods import Method, MethodContext, PolicyOutputs
-from lopd.models import load_model, load_tokenizer
-from lopd.multiturn import BEHAVIOUR_KEYS
-from lopd.rollout import Rollouts, Task, make_backend, sampling_params, step_seed
-from lopd.tracking import Tracker
-from lopd.trajectory import Trajectory, collate
+from lopd.core.config import KNOWN_METHODS, Config
+from lopd.core.methods import Method, MethodContext, PolicyOutputs
+from lopd.core.models import load_model, load_tokenizer
+from lopd.core.multiturn import BEHAVIOUR_KEYS
+from lopd.core.rollout import Rollouts, Task, make_backend, sampling_params, step_seed
+from lopd.core.tracking import Tracker
+from lopd.core.trajectory import Trajectory, collate
 
 
 MANIFEST = "manifest.json"

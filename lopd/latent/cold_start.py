@@ -16,15 +16,15 @@ from typing import Sequence
 import torch
 from accelerate import Accelerator
 
-from lopd.bank import BankEntry, task_text
-from lopd.composer import Composer, compose, teacher_batch
-from lopd.config import Config
-from lopd.losses import sequence_means, token_logprobs
-from lopd.models import load_model, load_tokenizer
-from lopd.retrieval import Retriever, load_bank
-from lopd.rollout import Task
-from lopd.tracking import Tracker
-from lopd.trajectory import Trajectory, Turn
+from lopd.latent.bank import BankEntry, task_text
+from lopd.latent.composer import Composer, compose, teacher_batch
+from lopd.core.config import Config
+from lopd.core.losses import sequence_means, token_logprobs
+from lopd.core.models import load_model, load_tokenizer
+from lopd.latent.retrieval import Retriever, load_bank
+from lopd.core.rollout import Task
+from lopd.core.tracking import Tracker
+from lopd.core.trajectory import Trajectory, Turn
 
 COMPOSER_FILE, ANCHORS_FILE = "composer.pt", "anchors.pt"
 
