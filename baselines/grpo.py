@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from lopd.core.config import GRPOConfig
+from lopd.core.config import Config, GRPOConfig
 from lopd.core.losses import group_advantages, ppo_clip_loss
-from lopd.core.methods import Method, PolicyOutputs
+from lopd.core.methods import Domain, Method, PolicyOutputs
 from lopd.core.trajectory import TokenBatch, Trajectory
 
 
@@ -22,6 +22,10 @@ class GRPO(Method):
 
     def __init__(self, cfg: GRPOConfig):
         self.cfg = cfg
+
+    @classmethod
+    def from_config(cls, cfg: Config, domain: Domain) -> "GRPO":
+        return cls(cfg.grpo)
 
     @property
     def rollouts_per_task(self) -> int:

@@ -44,7 +44,7 @@ class SDPO(SelfDistillation):
             if j is None:
                 out.append(None)
                 continue
-            solution = trajectories[j].metadata["response"]
+            solution = trajectories[j].response
             out.append(append_to_user(self.messages[traj.task_id], TEMPLATE.format(solution=solution)))
         return out
 

@@ -17,8 +17,8 @@ import torch
 
 from lopd.core.config import Config
 from lopd.core.losses import chunked_distillation, distillation_loss
-from lopd.core.methods import Method, MethodContext, PolicyOutputs
-from baselines.pool import load_pool
+from lopd.core.methods import Domain, Method, MethodContext, PolicyOutputs
+from baselines.pool import POOL_FILE, load_pool
 from lopd.core.rollout import encode_prompt
 from baselines.teachers import Teacher
 from lopd.core.trajectory import TokenBatch, Trajectory, collate, with_prompt
@@ -119,6 +119,10 @@ class PoolDistillation(SelfDistillation):
         super().__init__(cfg)
         self.pool_path = Path(pool_path)
 
+    @classmethod
+    def from_config(cls, cfg: Config, domain: Domain) -> "PoolDistillation":
+        return cls(cfg, domain.pool / POOL_FILE)
+
     @abstractmethod
     def with_demonstration(self, messages: Messages, demonstration: str) -> Messages:
         """The task's messages with the demonstration placed as the method's template says."""
@@ -126,6 +130,9 @@ class PoolDistillation(SelfDistillation):
     def setup(self, ctx: MethodContext) -> None:
         self.pool = load_pool(self.pool_path)
         super().setup(ctx)
+
+    def inputs(self) -> list[Path]:
+        return [self.pool_path]
 
     def privileged_messages(self, trajectories: list[Trajectory]) -> list[Messages | None]:
         return [self.with_demonstration(self.messages[t.task_id], self.pool[t.task_id].text)

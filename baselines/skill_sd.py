@@ -22,7 +22,7 @@ import torch
 from lopd.latent.bank import task_text
 from lopd.core.losses import (distillation_loss, group_advantages, importance_weights, ppo_clip_loss,
                          sampled_token_reverse_kl, token_logprobs)
-from lopd.core.methods import MethodContext, PolicyOutputs
+from lopd.core.methods import Domain, MethodContext, PolicyOutputs
 from lopd.core.models import load_tokenizer
 from lopd.latent.retrieval import QUERIES_FILE, TextEmbedder, load_vectors
 from lopd.core.rollout import make_backend, step_seed
@@ -51,6 +51,10 @@ class SkillSD(SelfDistillation):
         self.bank_dir = Path(bank_dir)
         self.steps_done = 0
 
+    @classmethod
+    def from_config(cls, cfg, domain: Domain) -> "SkillSD":
+        return cls(cfg, domain.bank)
+
     @property
     def rollouts_per_task(self) -> int:
         return self.cfg.skill_sd.group_size
@@ -64,6 +68,10 @@ class SkillSD(SelfDistillation):
         summariser = cfg.skill_sd.summariser or ctx.base_dir
         self.summariser_tokenizer = load_tokenizer(summariser)
         self.summariser = make_backend(summariser, self.summariser_tokenizer, cfg, cfg.sampling.batch_size)
+
+    def inputs(self) -> list[Path]:
+        own = self.cfg.skill_sd.summariser  # a local model folder, else a hub id (named in the config only)
+        return [self.bank_dir / QUERIES_FILE, *([Path(own)] if own and Path(own).exists() else [])]
 
     def privileged_messages(self, trajectories: list[Trajectory]) -> list[Messages | None]:
         chosen: dict[int, int | None] = {}
@@ -131,7 +139,7 @@ class SkillSD(SelfDistillation):
         for passed in (True, False):
             traj = next((t for t in members if (t.reward >= threshold) == passed), None)
             if traj is not None:
-                attempts.append((traj.metadata["response"], passed))
+                attempts.append((traj.response, passed))
         task_id = members[0].task_id
         return task_id, task_text(self.messages[task_id]), attempts
 

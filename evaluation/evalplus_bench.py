@@ -46,6 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from evaluation.harness import evalplus_check
+
 BENCHMARKS = ("humaneval_plus", "mbpp_plus")
 
 log = logging.getLogger(__name__)
@@ -278,50 +280,9 @@ def _stage_seconds(ref_time: list[float]) -> float:
 
 # ------------------------------------------------------------------------ harness
 
-# Runs inside the sandbox. The nonce arrives on stdin (read before any model code runs);
-# the verdict is printed by this process after evalplus' forked child has finished.
-_HARNESS = r"""
-import base64, json, os, pickle, sys
-marker = sys.stdin.readline().strip()
-os.environ["EVALPLUS_MAX_MEMORY_BYTES"] = "-1"  # memory is capped by the sandbox limits
-
-def emit(obj):
-    sys.stdout.write("\n" + marker + " " + json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-try:
-    with open("payload.json") as f:
-        p = json.load(f)
-    with open("expected.b64", "rb") as f:
-        blob = base64.b64decode(f.read())
-    os.remove("payload.json")
-    os.remove("expected.b64")
-    expected = pickle.loads(blob)[p["task_id"]]
-    del blob
-    base_input, plus_input = pickle.loads(base64.b64decode(p["inputs"]))
-    import evalplus.eval as ev
-    if not os.access("/dev/shm", os.W_OK):
-        # No writable /dev/shm (POSIX semaphores, shared-memory arenas) in the sandbox: give
-        # evalplus' shared counters lock-free memory in the workdir. Only its single child
-        # writes them and the parent reads them after join, so no lock is needed.
-        import functools, multiprocessing, multiprocessing.heap
-        multiprocessing.heap.Arena._dir_candidates = []
-        ev.Value = functools.partial(multiprocessing.Value, lock=False)
-        ev.Array = functools.partial(multiprocessing.Array, lock=False)
-    verdict = {"ok": True}
-    for stage, inputs in (("base", base_input), ("plus", plus_input)):
-        stat, _ = ev.untrusted_check(
-            p["dataset"], p["solution"], inputs, p["entry_point"],
-            expected=expected[stage], atol=p["atol"], ref_time=expected[stage + "_time"],
-            fast_check=True,
-        )
-        verdict[stage] = stat
-        if stat != ev.PASS:  # plus correctness needs base; evalplus' verdict cannot change
-            break
-    emit(verdict)
-except BaseException as exc:
-    emit({"ok": False, "error": type(exc).__name__ + ": " + str(exc)[:500]})
-"""
+# Runs inside the sandbox (evaluation/harness/evalplus_check.py). The nonce arrives on stdin (read before
+# any model code runs); the verdict is printed by this process after evalplus' forked child has finished.
+_HARNESS = Path(evalplus_check.__file__).read_text(encoding="utf-8")
 
 _MARKER = "@@LOPD-EVALPLUS-VERDICT"
 

@@ -13,9 +13,8 @@ import csv
 import io
 from dataclasses import dataclass
 
-PAPER_METHOD_ORDER = ("vanilla", "grpo", "skill_sd", "opsd", "sdpo", "sdft", "lopd")
-METHOD_LABELS = {"vanilla": "Vanilla", "grpo": "GRPO", "skill_sd": "Skill-SD", "opsd": "OPSD", "sdpo": "SDPO",
-                 "sdft": "SDFT", "lopd": "LOPD"}
+from lopd.core import registry
+
 CODE_COLUMNS = (("lcb_v5", "LCB v5"), ("lcb_v6", "LCB v6"), ("lcb_avg", "LCB Avg"),
                 ("humaneval_plus", "HumanEval+"), ("mbpp_plus", "MBPP+"), ("evalplus_avg", "EvalPlus Avg"))
 CODE_GROUPS = {"lcb_avg": ("lcb_v5", "lcb_v6"), "evalplus_avg": ("humaneval_plus", "mbpp_plus")}
@@ -51,7 +50,8 @@ class Table:
 
 
 def _ordered(methods: list[str]) -> list[str]:
-    return [m for m in PAPER_METHOD_ORDER if m in methods] + [m for m in methods if m not in PAPER_METHOD_ORDER]
+    """Rows in the registry's order (the paper's)."""
+    return [m for m in registry.METHODS if m in methods] + [m for m in methods if m not in registry.METHODS]
 
 
 def _weighted(got: dict[str, dict], parts: tuple[str, ...], key: str) -> float | None:
@@ -71,8 +71,8 @@ def tool_use_table(metrics: dict[str, dict[str, dict]], methods: list[str]) -> T
         values: dict[str, float | None] = {key: got[key]["score"] if key in got else None
                                            for key, _ in TOOL_USE_COLUMNS if key not in TOOL_USE_GROUPS}
         values.update({avg: _weighted(got, parts, "score") for avg, parts in TOOL_USE_GROUPS.items()})
-        rows.append((METHOD_LABELS.get(method, method), values))
-    missing = [METHOD_LABELS.get(m, m) for m in _ordered(methods) if not metrics.get(m)]
+        rows.append((registry.label(method), values))
+    missing = [registry.label(m) for m in _ordered(methods) if not metrics.get(m)]
     if missing:
         notes.append(f"{', '.join(missing)}: n/a: no agentic evaluation has been run for "
                      f"{'this method' if len(missing) == 1 else 'these methods'} (stage eval_agentic@<method>).")
@@ -88,7 +88,7 @@ def tool_use_table(metrics: dict[str, dict[str, dict]], methods: list[str]) -> T
 
 def behaviour_table(metrics: dict[str, dict[str, dict]], methods: list[str], benchmark: str = "envscaler") -> Table:
     """The paper's Table 3: interaction behaviour of each method's policy on one benchmark (means per episode)."""
-    rows = [(METHOD_LABELS.get(m, m), {k: metrics.get(m, {}).get(benchmark, {}).get(k) for k, _ in BEHAVIOUR_COLUMNS})
+    rows = [(registry.label(m), {k: metrics.get(m, {}).get(benchmark, {}).get(k) for k, _ in BEHAVIOUR_COLUMNS})
             for m in _ordered(methods)]
     return Table(BEHAVIOUR_COLUMNS, rows, BEHAVIOUR_NOTES, ranked=False, digits=3)
 
@@ -101,7 +101,7 @@ def code_table(metrics: dict[str, dict[str, dict]], methods: list[str]) -> Table
         values: dict[str, float | None] = {key: got[key]["pass@1_plus"] if key in got else None
                                            for key, _ in CODE_COLUMNS if key not in CODE_GROUPS}
         values.update({avg: _weighted(got, parts, "pass@1_plus") for avg, parts in CODE_GROUPS.items()})
-        rows.append((METHOD_LABELS.get(method, method), values))
+        rows.append((registry.label(method), values))
     notes = []
     for key, label in CODE_COLUMNS:
         if all(v[key] is None for _, v in rows):

@@ -3,11 +3,13 @@ domain's training split, its document embeddings, and the cached query embedding
 
 from __future__ import annotations
 
+import sys
 import time
 
 from evaluation import evalplus_bench
 from evaluation.agentic import benchmarks as agentic_benchmarks
-from lopd.latent.bank import check_no_eval_overlap, sample_rollouts, successful_entries, task_text, write_bank
+from lopd.latent.bank import (check_no_eval_overlap, sample_rollouts, successful_entries, task_text, trace_function,
+                              write_bank)
 from lopd.latent.retrieval import (BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE, TextEmbedder, document_text, query_text,
                             save_vectors)
 from lopd.core.tracking import Tracker
@@ -24,7 +26,7 @@ def evaluation_prompts(cfg, domain: str = "code") -> tuple[dict[str, str], str]:
     for benchmark in cfg.benchmarks:
         try:
             problems = evalplus_bench.load_problems(benchmark, cfg.data.shared_path("evalplus"))
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError, evalplus_bench.EvalPlusDataUnavailable) as err:
             missing.append(f"{benchmark} ({str(err).splitlines()[0]})")
             continue
         prompts.update({tid: p["prompt"] for tid, p in problems.items()})
@@ -38,11 +40,19 @@ def main() -> None:
     with training_domain(cfg, args.domain) as (tasks, collect, source), Tracker(cfg, stage) as tracker:
         start = time.perf_counter()
         sampled = tasks[:cfg.agentic.bank_task_limit] if args.domain == "agentic" else tasks
-        rollouts = sample_rollouts(cfg, sampled, collect, BASE_MODEL_DIR)
+        if not sampled:
+            sys.exit(f"error: {stage}: no training tasks to sample ({source})")
+        try:
+            rollouts = sample_rollouts(cfg, sampled, collect, BASE_MODEL_DIR)
+        except FileNotFoundError as err:  # no base model: say which stage to run
+            sys.exit(f"error: {stage}: {err}")
         sampling_s = time.perf_counter() - start
-        entries = successful_entries(rollouts, cfg.bank.success_threshold, trace_of=domain.trace_of)
+        entries = successful_entries(rollouts, cfg.bank.success_threshold, trace_of=trace_function(domain.name))
         eval_prompts, missing = evaluation_prompts(cfg, args.domain)
-        check_no_eval_overlap(entries, {t.task_id for t in tasks}, eval_prompts, domain.max_eval_containment)
+        try:  # before anything in the bank is overwritten
+            check_no_eval_overlap(entries, {t.task_id for t in tasks}, eval_prompts, domain.max_eval_containment)
+        except ValueError as err:
+            sys.exit(f"error: {stage}: {err}")
         embedder = TextEmbedder(cfg.bank.embedder)
         domain.bank.mkdir(parents=True, exist_ok=True)
         save_vectors(domain.bank / DOCUMENTS_FILE, [e.task_id for e in entries],

@@ -16,7 +16,8 @@ from baselines.pool import POOL_FILE, REFERENCE_SOLUTION, assemble_pool, render_
 from lopd.latent.retrieval import BANK_FILE
 from lopd.core.tracking import Tracker
 from pipelines.build_bank import evaluation_prompts
-from pipelines.common import (DOMAIN_ARG, DOMAINS, coding_tasks, coding_training_tasks, for_domain, parse_args,
+from pipelines.domains.code import coding_tasks, coding_training_tasks
+from pipelines.common import (DOMAIN_ARG, DOMAINS, for_domain, parse_args,
                               stage_name, write_json)
 
 
@@ -77,7 +78,10 @@ def main() -> None:
                      "them (no base-model success in the bank, and pool.fill_with_references is off or no "
                      "reference passed)")
         eval_prompts, missing = evaluation_prompts(cfg, args.domain)
-        check_no_eval_overlap(pool, {tid for tid, _ in tasks}, eval_prompts, domain.max_eval_containment)
+        try:  # before the pool is overwritten
+            check_no_eval_overlap(pool, {tid for tid, _ in tasks}, eval_prompts, domain.max_eval_containment)
+        except ValueError as err:
+            sys.exit(f"error: {stage}: {err}")
         write_pool(domain.pool / POOL_FILE, pool, {"model": cfg.model.name, "profile": cfg.profile, "seed": cfg.seed})
         summary = {"n_train_tasks": len(tasks), "n_demonstrations": len(pool),
                    "coverage": len(pool) / len(tasks),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from lopd.latent.cold_start import cold_start
+from lopd.latent.composer import FRAMINGS
 from lopd.core.tracking import Tracker
 from pipelines.common import (BASE_MODEL_DIR, DOMAIN_ARG, DOMAINS, for_domain, parse_args, stage_name,
                               training_domain, write_json)
@@ -17,7 +18,8 @@ def main() -> None:
     stage = stage_name("cold_start", args.domain)
     with training_domain(cfg, args.domain) as (tasks, _, _), Tracker(cfg, stage) as tracker:
         try:
-            result = cold_start(cfg, BASE_MODEL_DIR, domain.bank, tasks, domain.composer, domain.framing, tracker)
+            result = cold_start(cfg, BASE_MODEL_DIR, domain.bank, tasks, domain.composer, FRAMINGS[domain.name],
+                                tracker)
         except (OSError, ValueError) as err:
             sys.exit(f"error: {stage}: {err}")
         result["summary"].update({"profile": cfg.profile, "seed": cfg.seed})

@@ -1,30 +1,28 @@
-"""Shared plumbing for the stage CLIs: config loading, output paths, the method registry."""
+"""Shared plumbing for the stage CLIs: config loading, output paths, domains, and what code a stage runs.
+
+Kept light on purpose: every stage imports this module, so it imports no method, no domain's tasks and no
+evaluation code. Those are imported by name when a stage needs them (`stage_modules` says which).
+"""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import sys
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-from baselines.grpo import GRPO
-from baselines.opsd import OPSD
-from baselines.sdft import SDFT
-from baselines.sdpo import SDPO
-from baselines.skill_sd import SkillSD
-from evaluation.agentic import benchmarks as agentic_benchmarks
-from evaluation.coding import taco
-from lopd.latent.composer import FRAMINGS
-from lopd.core.config import KNOWN_METHODS, REPO_ROOT, Config, ConfigError, load_config, resolve_merged
-from lopd.latent.method import LOPD
-from baselines.pool import POOL_FILE
-from lopd.core.multiturn import multi_turn
-from lopd.core.rollout import Rollouts, ScoreFn, Task, single_turn
-from lopd.core.methods import Method, Vanilla
+from lopd.core import registry
+from lopd.core.config import REPO_ROOT, Config, ConfigError, build_config, load_config
+from lopd.core.domain import Domain
+
+if TYPE_CHECKING:
+    from lopd.core.methods import Method
+    from lopd.core.rollout import Rollouts, Task
+from lopd.core.checkpoint import MANIFEST, policy_dir
+from lopd.core.models import check_model_dir
 
 BASE_MODEL_DIR = REPO_ROOT / "models" / "base"
 BANK_DIR = REPO_ROOT / "bank"
@@ -49,39 +47,53 @@ def parse_args(description: str, **arguments: dict[str, Any]) -> tuple[argparse.
     return args, cfg
 
 
-@dataclass(frozen=True)
-class Domain:
-    """Where a training domain's stage outputs live, and how its privileged context is framed."""
-
-    name: str
-    bank: Path
-    pool: Path
-    composer: Path
-    checkpoints: Path
-    metrics: Path
-    results: Path
-    framing: tuple[str, str]
-    trace_of: Callable[[str], str]
-    """A successful response -> its bank trace (agentic responses already are observation-lite traces)."""
-    max_eval_containment: float
-    """The bank/pool overlap guard rejects a training entry holding more than this share of an evaluation
-    task's word 8-grams. Agentic tasks are generated from per-environment templates, so train and test tasks
-    of one environment share phrasing by design (envscaler-mini: up to 0.75); only near-copies are rejected."""
-
-
 DOMAINS = {
-    "code": Domain("code", BANK_DIR, POOL_DIR, COMPOSER_DIR, CHECKPOINTS_DIR, METRICS_DIR, RESULTS_DIR,
-                   FRAMINGS["coding"], taco.extract_code, 0.5),
+    "code": Domain("code", BANK_DIR, POOL_DIR, COMPOSER_DIR, CHECKPOINTS_DIR, METRICS_DIR, RESULTS_DIR, 0.5),
     "agentic": Domain("agentic", REPO_ROOT / "bank_agentic", REPO_ROOT / "pool_agentic",
                       CHECKPOINTS_DIR / "agentic" / "composer", CHECKPOINTS_DIR / "agentic", METRICS_DIR / "agentic",
-                      RESULTS_DIR / "agentic", FRAMINGS["agentic"], lambda response: response, 0.9),
+                      RESULTS_DIR / "agentic", 0.9),
 }
+
+
+def domain_module(domain: str) -> str:
+    """The module that provides a domain's training tasks (`pipelines/domains/<domain>.py`)."""
+    return f"pipelines.domains.{domain}"
+
+
+DOMAIN_STAGES = ("pipelines.train", "pipelines.build_bank", "pipelines.cold_start")
+"""The CLIs that read their domain's training tasks through `training_domain` (by name, so the scan needs telling)."""
+
+
+def stage_modules(module: str, method: str | None = None, domain: str | None = None) -> list[str]:
+    """The modules a stage command runs: its CLI module, plus the training domain's task module and the method's
+    file, which the CLI imports by name. The import closure of these is the stage's code (see lopd.core.provenance)."""
+    return [module, *([domain_module(domain)] if domain else []),
+            *([registry.METHODS[method].factory.split(":")[0]] if method else [])]
 
 
 def stage_name(stage: str, domain: str, method: str | None = None) -> str:
     """The DVC stage a CLI run stands for (its MLflow run name): `train@grpo`, `train_agentic@grpo`, ..."""
     name = stage if domain == "code" else f"{stage}_{domain}"
     return f"{name}@{method}" if method else name
+
+
+def trained_policy(domain: str, method: str) -> Path:
+    """The model folder of `method`'s checkpoint in `domain` (the base model for vanilla). A missing or broken
+    checkpoint, or a missing model, exits with a one-line error naming the folder and the stage to run."""
+    checkpoint, run = DOMAINS[domain].checkpoints / method, f"run: dvc repro {stage_name('train', domain, method)}"
+    try:
+        model_dir = policy_dir(checkpoint, BASE_MODEL_DIR)
+    except (OSError, ValueError, KeyError) as err:
+        if not (checkpoint / MANIFEST).exists():  # never trained, or the run stopped before its first save
+            sys.exit(f"error: {checkpoint}: no checkpoint here ({run})")
+        sys.exit(f"error: {err} ({run})")
+    try:
+        check_model_dir(model_dir)
+    except FileNotFoundError as err:
+        if model_dir == BASE_MODEL_DIR:  # vanilla: its checkpoint stands for the base model
+            sys.exit(f"error: {err}")
+        sys.exit(f"error: {model_dir}: the checkpoint has no model ({run})")
+    return model_dir
 
 
 DOMAIN_ARG = {"default": "code", "choices": list(DOMAINS), "help": "training domain: code (TACO) or agentic (EnvScaler)"}
@@ -99,58 +111,23 @@ def for_domain(cfg: Config, domain: str) -> Config:
     raw["bank"]["query_instruction"] = a.query_instruction
     raw["bank"]["samples_per_task"] = a.bank_samples_per_task or cfg.bank.samples_per_task
     if a.steps is not None:
-        for name in KNOWN_METHODS:
+        for name in registry.METHODS:
             if "steps" in raw[name]:
                 raw[name]["steps"] = a.steps
-    return resolve_merged(raw)
+    return build_config(raw)
 
 
 @contextlib.contextmanager
 def training_domain(cfg: Config, domain: str) -> Iterator[tuple[list[Task], Rollouts, str]]:
     """A domain's training split as chat tasks, how to roll them out and score them, and the data's name."""
-    if domain == "code":
-        tasks, score = coding_training_tasks(cfg)
-        yield tasks, single_turn(score), "TACO" if cfg.data.taco_path else "built-in coding set"
-        return
-    a = cfg.agentic
-    stack = contextlib.ExitStack()
-    try:
-        tasks, make_env, source = stack.enter_context(agentic_benchmarks.training_tasks(cfg))
-    except (OSError, ValueError) as err:
-        sys.exit(f"error: agentic training tasks: {err}")
-    with stack:
-        yield tasks, multi_turn(make_env, a.max_steps, a.max_context_tokens, a.max_step_tokens), source
+    with importlib.import_module(domain_module(domain)).training_tasks(cfg) as split:
+        yield split
 
 
 def build_method(name: str, cfg: Config, domain: str = "code") -> Method:
-    d = DOMAINS[domain]
-    methods = {"vanilla": lambda: Vanilla(), "grpo": lambda: GRPO(cfg.grpo),
-               "skill_sd": lambda: SkillSD(cfg, d.bank), "opsd": lambda: OPSD(cfg, d.pool / POOL_FILE),
-               "sdpo": lambda: SDPO(cfg), "sdft": lambda: SDFT(cfg, d.pool / POOL_FILE),
-               "lopd": lambda: LOPD(cfg, d.bank, d.composer, d.framing, trace_of=d.trace_of)}
-    if name not in methods:
-        sys.exit(f"error: unknown method {name!r} (known: {', '.join(methods)})")
-    return methods[name]()
-
-
-def coding_tasks(cfg: Config) -> list[taco.CodingTask]:
-    """The coding training split: a user's TACO file, else the built-in set."""
-    try:
-        return taco.load_taco_file(cfg.data.taco_path) if cfg.data.taco_path else taco.load_builtin_tasks()
-    except (OSError, ValueError) as err:
-        sys.exit(f"error: training tasks: {err}")
-
-
-def coding_training_tasks(cfg: Config) -> tuple[list[Task], ScoreFn]:
-    """The coding training split as chat tasks and its sandboxed reward."""
-    coding = coding_tasks(cfg)
-    by_id = {t.task_id: t for t in coding}
-
-    def score(tasks: list[Task], completions: list[str]) -> list[float]:
-        with ThreadPoolExecutor(cfg.eval.workers) as pool:
-            return list(pool.map(lambda tc: taco.reward(tc[1], by_id[tc[0].task_id]), zip(tasks, completions)))
-
-    return [Task(t.task_id, taco.build_messages(t)) for t in coding], score
+    if name not in registry.METHODS:
+        sys.exit(f"error: unknown method {name!r} (known: {', '.join(registry.METHODS)})")
+    return registry.build_method(name, cfg, DOMAINS[domain])
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
 from evaluation import evalplus_bench
-from lopd.core.loop import policy_dir
 from lopd.core.rollout import encode_prompt, make_backend, sampling_params
 from lopd.core.models import load_tokenizer
 from lopd.core.tracking import Tracker
-from pipelines.common import BASE_MODEL_DIR, CHECKPOINTS_DIR, METRICS_DIR, RESULTS_DIR, parse_args, write_json
+from pipelines.common import METRICS_DIR, RESULTS_DIR, parse_args, trained_policy, write_json
 
 
 def main() -> None:
     args, cfg = parse_args(__doc__, method={"required": True}, benchmark={"required": True,
                            "choices": evalplus_bench.BENCHMARKS})
-    model_dir = policy_dir(CHECKPOINTS_DIR / args.method, BASE_MODEL_DIR)
+    model_dir = trained_policy("code", args.method)
     data_dir = cfg.data.shared_path("evalplus")
-    problems = evalplus_bench.load_problems(args.benchmark, data_dir, limit=cfg.eval.task_limit)
+    try:
+        problems = evalplus_bench.load_problems(args.benchmark, data_dir, limit=cfg.eval.task_limit)
+    except (OSError, ValueError, evalplus_bench.EvalPlusDataUnavailable) as err:
+        sys.exit(f"error: {err}")
     with Tracker(cfg, f"eval@{args.method}x{args.benchmark}") as tracker:
         tokenizer = load_tokenizer(model_dir)
         backend = make_backend(model_dir, tokenizer, cfg, cfg.eval.batch_size)

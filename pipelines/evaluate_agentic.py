@@ -4,17 +4,19 @@ and the behaviour metrics of the paper's Table 3. Missing data gives an "n/a" me
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 import time
 from statistics import mean
 
 from evaluation.agentic.acebench.user_simulator import LocalModelUser, OpenAICompatibleUser
 from evaluation.agentic.benchmarks import load_benchmark
-from lopd.core.loop import policy_dir
 from lopd.core.models import load_tokenizer
-from lopd.core.multiturn import BEHAVIOUR_KEYS, run_episodes
+from lopd.core.multiturn import run_episodes
 from lopd.core.rollout import make_backend, sampling_params
 from lopd.core.tracking import Tracker
-from pipelines.common import BASE_MODEL_DIR, DOMAINS, parse_args, write_json
+from lopd.core.trajectory import BEHAVIOUR_KEYS, Trajectory
+from pipelines.common import BASE_MODEL_DIR, DOMAINS, parse_args, trained_policy, write_json
 
 EXTRA_SCORES = ("end_to_end", "process")
 """Per-episode scores a benchmark may add to its reward (ACEBench), averaged into the summary."""
@@ -40,26 +42,46 @@ def summarise(trajectories) -> dict:
         return {"note": "n/a: the benchmark has no tasks", "n_tasks": 0}
     out = {"score": 100 * mean(t.reward for t in trajectories), "reward_mean": mean(t.reward for t in trajectories),
            "n_tasks": len(trajectories)}
-    out.update({key: mean(t.metadata[key] for t in trajectories) for key in BEHAVIOUR_KEYS})
-    out["tool_calls_mean"] = mean(t.metadata["tool_calls"] for t in trajectories)
+    episodes = [t.behaviour for t in trajectories]
+    out.update({key: mean(getattr(b, key) for b in episodes) for key in BEHAVIOUR_KEYS})
+    out["tool_calls_mean"] = mean(b.tool_calls for b in episodes)
     for key in EXTRA_SCORES:
-        if any(key in t.metadata["scores"] for t in trajectories):
-            out[key] = 100 * mean(t.metadata["scores"].get(key, 0.0) for t in trajectories)
-    ends = [t.metadata["ended"] for t in trajectories]
+        if any(key in b.scores for b in episodes):
+            out[key] = 100 * mean(b.scores.get(key, 0.0) for b in episodes)
+    ends = [b.ended for b in episodes]
     out["ended"] = {reason: ends.count(reason) for reason in sorted(set(ends))}
     return out
+
+
+def episode_record(t: Trajectory) -> dict:
+    """One episode of the results file: task, reward, stop flag, behaviour, scores and the response trace
+    (score_notes and env_error only when there are any)."""
+    b = t.behaviour
+    assert b is not None, "a multi-turn episode carries its behaviour"
+    record = {"task_id": t.task_id, "reward": t.reward, "stopped": t.stopped,
+              **{f.name: getattr(b, f.name) for f in dataclasses.fields(b)
+                 if f.name not in ("score_notes", "env_error")},
+              "response": t.response}
+    if b.score_notes:
+        record["score_notes"] = b.score_notes
+    if b.env_error:
+        record["env_error"] = b.env_error
+    return record
 
 
 def main() -> None:
     args, cfg = parse_args(__doc__, method={"required": True})
     domain = DOMAINS["agentic"]
-    model_dir = policy_dir(domain.checkpoints / args.method, BASE_MODEL_DIR)
+    model_dir = trained_policy("agentic", args.method)
     a = cfg.agentic
     with Tracker(cfg, f"eval_agentic@{args.method}") as tracker:
         tokenizer = load_tokenizer(model_dir)
         backend = make_backend(model_dir, tokenizer, cfg, cfg.eval.batch_size)
         # Only ACEBench multi-turn talks to a simulated user; a local one is a second model in memory.
-        user = user_simulator(cfg) if "acebench_multi_turn" in a.benchmarks else None
+        try:
+            user = user_simulator(cfg) if "acebench_multi_turn" in a.benchmarks else None
+        except OSError as err:  # its local model is not there
+            sys.exit(f"error: ACEBench simulated user: {err}")
         params = sampling_params(cfg, a.max_step_tokens)
         for name in a.benchmarks:
             start = time.perf_counter()
@@ -85,8 +107,7 @@ def main() -> None:
             metrics_path = domain.metrics / "eval" / args.method / f"{name}.json"
             write_json(metrics_path, summary)
             write_json(domain.results / "eval" / args.method / f"{name}.json", {"summary": summary, "episodes": [
-                {"task_id": t.task_id, "reward": t.reward, **t.metadata}
-                for t in trajectories]})
+                episode_record(t) for t in trajectories]})
             tracker.log_metrics({f"{name}.{k}": v for k, v in summary.items() if isinstance(v, (int, float))})
             tracker.log_artifact(metrics_path)
             print(f"{args.method} on {name}: {summary.get('score', summary.get('note'))} "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
+import sys
 import time
 
 from lopd.core.models import prepare_base_model
@@ -14,8 +14,10 @@ def main() -> None:
     _, cfg = parse_args(__doc__)
     with Tracker(cfg, "prepare_model") as tracker:
         start = time.perf_counter()
-        shutil.rmtree(BASE_MODEL_DIR, ignore_errors=True)
-        prepare_base_model(cfg.model.name, BASE_MODEL_DIR, seed=cfg.seed, dtype=cfg.model.dtype)
+        try:  # builds beside models/base and swaps it in only once it loads: a failure keeps the old model
+            prepare_base_model(cfg.model.name, BASE_MODEL_DIR, seed=cfg.seed, dtype=cfg.model.dtype)
+        except (OSError, ValueError) as err:
+            sys.exit(f"error: model {cfg.model.name!r}: {' '.join(str(err).split())}")
         tracker.log_metrics({"wall_s": time.perf_counter() - start})
     print(f"prepared {cfg.model.name} -> {BASE_MODEL_DIR}")
 

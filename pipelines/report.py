@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from evaluation.tables import METHOD_LABELS, Table, behaviour_table, code_table, to_csv, to_latex, to_markdown, tool_use_table
+from evaluation.tables import Table, behaviour_table, code_table, to_csv, to_latex, to_markdown, tool_use_table
+from lopd.core import registry
 from lopd.core.config import REPO_ROOT
 from lopd.core.tracking import Tracker
 from pipelines.common import DOMAINS, parse_args
@@ -33,7 +34,7 @@ def load_metrics(domain: str, methods: list[str], benchmarks: list[str]) -> dict
 
 
 def budget_note(methods: list[str], domain: str) -> str:
-    return "Training rollouts: " + ", ".join(f"{METHOD_LABELS.get(m, m)} {rollouts_trained(m, domain)}"
+    return "Training rollouts: " + ", ".join(f"{registry.label(m)} {rollouts_trained(m, domain)}"
                                              for m in methods) + "."
 
 

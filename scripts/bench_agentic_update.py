@@ -40,7 +40,7 @@ def episodes(tokenizer, tasks):
                       [rng.randrange(1000) for _ in range(ACTION_TOKENS)], [-1.0] * ACTION_TOKENS)
                  for i in range(STEPS)]
         # groups of 4 with distinct rewards: GRPO's advantages are non-zero, so every episode is trained on
-        out.append(Trajectory(task.task_id, turns, reward=rng.random(), group=i // 4, metadata={"response": "x"}))
+        out.append(Trajectory(task.task_id, turns, reward=rng.random(), group=i // 4, response="x"))
     return out
 
 
@@ -67,7 +67,7 @@ def run_variant(method_name: str, checkpointing: bool) -> dict:
     from accelerate import Accelerator
 
     from lopd.latent.composer import FRAMINGS
-    from lopd.core.config import load_config, resolve_merged
+    from lopd.core.config import load_config, build_config
     from lopd.latent.method import LOPD
     from lopd.core.loop import update
     from lopd.core.methods import MethodContext
@@ -76,7 +76,7 @@ def run_variant(method_name: str, checkpointing: bool) -> dict:
 
     raw = for_domain(load_config(REPO_ROOT / "params.yaml"), "agentic").to_dict()
     raw["train"]["activation_checkpointing"] = checkpointing
-    cfg = resolve_merged(raw)
+    cfg = build_config(raw)
     domain = DOMAINS["agentic"]
     torch.manual_seed(cfg.seed)
     with training_domain(cfg, "agentic") as (tasks, _, _), tempfile.TemporaryDirectory() as work:

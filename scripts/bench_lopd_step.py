@@ -34,7 +34,8 @@ from lopd.core.losses import chunked_distillation, topk_tail_reverse_kl
 from lopd.core.methods import MethodContext
 from lopd.core.models import load_model, load_tokenizer
 from lopd.core.rollout import make_backend, sampling_params, single_turn
-from pipelines.common import BANK_DIR, BASE_MODEL_DIR, COMPOSER_DIR, coding_training_tasks
+from pipelines.common import BANK_DIR, BASE_MODEL_DIR, COMPOSER_DIR
+from pipelines.domains.code import coding_training_tasks
 
 
 def rss_mb() -> float:
@@ -86,7 +87,7 @@ def step_times(cfg) -> dict:
         return time.perf_counter() - start
 
     grpo_s = one_update(GRPO(cfg.grpo))
-    lopd_s = one_update(LOPD(cfg, BANK_DIR, COMPOSER_DIR, FRAMINGS["coding"], trace_of=str))
+    lopd_s = one_update(LOPD(cfg, BANK_DIR, COMPOSER_DIR, FRAMINGS["code"], trace_of=str))
     tokens = sum(t.num_action_tokens for t in trajectories)
     return {"rollouts": n, "action_tokens": tokens, "sampling_s": round(sampling_s, 2),
             "grpo_update_s": round(grpo_s, 2), "lopd_update_s": round(lopd_s, 2),

@@ -25,7 +25,7 @@ from lopd.core.loop import train
 from lopd.core.rollout import encode_prompt, make_backend, single_turn
 from lopd.core.models import load_model, load_tokenizer
 from lopd.core.sampling import SamplingParams
-from pipelines.common import coding_training_tasks
+from pipelines.domains.code import coding_training_tasks
 
 
 def timed(fn):

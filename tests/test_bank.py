@@ -1,11 +1,15 @@
 """Experience bank and retriever: success filter, the evaluation-overlap guard, exact cosine retrieval
 without self-retrieval, and the embedded MiniLM embedder."""
 
+import json
+import re
+from dataclasses import asdict
+
 import numpy as np
 import pytest
 
 from lopd.latent.bank import BankEntry, check_no_eval_overlap, read_bank, successful_entries, write_bank
-from lopd.latent.retrieval import EMBEDDED_MINILM, Retriever, TextEmbedder
+from lopd.latent.retrieval import BANK_FILE, EMBEDDED_MINILM, Retriever, TextEmbedder, load_bank
 
 
 def test_successful_entries_keeps_successes_once_per_distinct_trace():
@@ -46,6 +50,51 @@ def test_bank_file_round_trips_and_bad_files_give_one_line_errors(tmp_path):
     assert "\n" not in str(err.value)
     with pytest.raises(FileNotFoundError, match="build_bank"):
         read_bank(tmp_path / "missing.jsonl")
+
+
+GOOD_LINE = json.dumps(asdict(_entry("t1")))
+
+
+@pytest.mark.parametrize("lines, message", [
+    (["[1, 2]"], r"line 1 is a JSON array, not an object"),
+    (['"x"'], r"line 1 is a JSON string, not an object"),
+    (["3"], r"line 1 is a JSON number, not an object"),
+    ([], r"not a valid experience bank \(empty, no header line\)"),
+    (['{"bank_version": 2}'], r"line 1: not a valid experience bank header \(bank_version 2, expected 1\)"),
+    (['{"bank_version": 1}', GOOD_LINE, "null"], r"line 3 is a JSON null, not an object"),
+    (['{"bank_version": 1}', GOOD_LINE, "{oops"], r"line 3 is not valid JSON"),
+    (['{"bank_version": 1}', json.dumps({**asdict(_entry("t1")), "task": 123})],
+     r"line 2: not a valid experience bank entry: field 'task' must be a string, got number"),
+    (['{"bank_version": 1}', json.dumps({**asdict(_entry("t1")), "reward": "1"})],
+     r"line 2: .*field 'reward' must be a number, got string"),
+    (['{"bank_version": 1}', json.dumps({**asdict(_entry("t1")), "reward": True})],
+     r"line 2: .*field 'reward' must be a number, got boolean"),
+    (['{"bank_version": 1}', "", json.dumps({k: v for k, v in asdict(_entry("t1")).items() if k != "trace"})],
+     r"line 3: .*missing field 'trace'"),
+    (['{"bank_version": 1}', json.dumps({**asdict(_entry("t1")), "extra": 1})], r"line 2: .*unknown field 'extra'"),
+])
+def test_malformed_bank_lines_are_one_line_errors_naming_file_line_and_field(tmp_path, lines, message):
+    path = tmp_path / "bank" / BANK_FILE
+    path.parent.mkdir()
+    path.write_text("".join(line + "\n" for line in lines))
+    for read in (lambda: read_bank(path), lambda: load_bank(path.parent, self_retrieval=False)):
+        with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: {message}") as err:
+            read()
+        assert "\n" not in str(err.value)
+
+
+def test_a_bank_that_is_not_utf8_is_a_one_line_error_naming_file_and_line(tmp_path):
+    path = tmp_path / "bank.jsonl"
+    path.write_bytes(b'{"bank_version": 1}\n' + GOOD_LINE.encode() + b"\n\xff\xfe\n")
+    with pytest.raises(ValueError, match=r"bank.jsonl: line 3: not UTF-8 text"):
+        read_bank(path)
+
+
+def test_integer_rewards_read_back_as_floats(tmp_path):
+    path = tmp_path / "bank.jsonl"
+    path.write_text('{"bank_version": 1}\n' + json.dumps({**asdict(_entry("t1")), "reward": 1}) + "\n")
+    (entry,), _ = read_bank(path)
+    assert entry == _entry("t1") and isinstance(entry.reward, float)
 
 
 def _unit(rng, n, d):

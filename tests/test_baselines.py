@@ -1,7 +1,9 @@
 """SDFT, OPSD, SDPO and Skill-SD on the shared loop: templates, teacher kinds, selection rules, training."""
 
 import itertools
+import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ from safetensors.torch import load_file
 from baselines import opsd, sdft, sdpo, skill_sd
 from lopd.latent.bank import BankEntry
 from lopd.core.config import ConfigError, resolve
+from lopd.core.checkpoint import MANIFEST, policy_dir
 from lopd.core.loop import MethodInputError, train
 from lopd.core.models import load_model
 from baselines.pool import (BASE_MODEL_ROLLOUT, POOL_FILE, REFERENCE_SOLUTION, Demonstration, assemble_pool, load_pool,
@@ -53,7 +56,7 @@ def bank_dir(tmp_path_factory):
 
 def _weights(model_dir):
     """The weights of a base model folder or of a training run's checkpoint."""
-    folder = model_dir / "model" if (model_dir / "model").is_dir() else model_dir
+    folder = policy_dir(model_dir, model_dir) if (model_dir / MANIFEST).exists() else model_dir
     return load_file(str(folder / "model.safetensors"))
 
 
@@ -86,7 +89,7 @@ def test_sdpo_reprompts_with_a_successful_sibling(tokenizer):
     from lopd.core.trajectory import Trajectory, Turn
     solution_ids = tokenizer.encode("print(2)")
     trajs = [Trajectory("t1", [Turn([1], ids, [0.0] * len(ids))], reward=r, group=0,
-                        metadata={"response": tokenizer.decode(ids)})
+                        response=tokenizer.decode(ids))
              for ids, r in ((tokenizer.encode("x"), 0.0), (solution_ids, 1.0))]
     first, second = method.privileged_messages(trajs)
     assert first[1]["content"] == ("Print the number 1 times two.\n\nCorrect solution:\n\nprint(2)\n\n"
@@ -243,3 +246,25 @@ def test_an_empty_pool_stops_sdft_and_opsd_with_a_clear_error(tiny_model_dir, tm
         train(_cfg(), opsd.OPSD(_cfg(), tmp_path / POOL_FILE), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "x")
     with pytest.raises(MethodInputError, match="run the build_pool stage"):
         train(_cfg(), sdft.SDFT(_cfg(), tmp_path / "none.jsonl"), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "y")
+
+
+DEMO = {"task_id": "t0", "task": "task", "text": "```python\nprint(0)\n```", "source": REFERENCE_SOLUTION}
+
+
+@pytest.mark.parametrize("lines, message", [
+    (["[1, 2]"], r"line 1 is a JSON array, not an object"),
+    (['"x"'], r"line 1 is a JSON string, not an object"),
+    (['{"pool_version": 1}', json.dumps(DEMO), "[]"], r"line 3 is a JSON array, not an object"),
+    (['{"pool_version": 1}', json.dumps({**DEMO, "text": None})],
+     r"line 2: not a valid oracle pool entry: field 'text' must be a string, got null"),
+    (['{"pool_version": 1}', json.dumps({**DEMO, "task_id": 7})], r"line 2: .*field 'task_id' must be a string"),
+])
+def test_a_malformed_pool_is_a_one_line_error_naming_file_line_and_field(tmp_path, lines, message):
+    path = tmp_path / POOL_FILE
+    path.write_text("".join(line + "\n" for line in lines))
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: {message}") as err:
+        load_pool(path)
+    assert "\n" not in str(err.value)
+    path.write_bytes(b'{"pool_version": 1}\n\xff\n')
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: line 2: not UTF-8 text"):
+        load_pool(path)

@@ -279,7 +279,7 @@ ANSWER = {"id": "multi_turn_base_0", "ground_truth": [["ls()"]]}
 
 @pytest.mark.parametrize("questions, answers, message", [
     ([json.dumps(ROW), "{oops"], [json.dumps(ANSWER)], r"multi_turn_base.json: line 2 is not valid JSON"),
-    ([json.dumps(ROW)], ["[1, 2]"], r"possible_answer/BFCL_v3_multi_turn_base.json: line 1 is a JSON list"),
+    ([json.dumps(ROW)], ["[1, 2]"], r"possible_answer/BFCL_v3_multi_turn_base.json: line 1 is a JSON array, not"),
     ([json.dumps(ROW)], [json.dumps({"id": "multi_turn_base_0"})], r"entry 0 lacks a string 'id' or 'ground_truth'"),
     ([json.dumps({k: v for k, v in ROW.items() if k != "id"})], [json.dumps(ANSWER)],
      r"multi_turn_base.json: entry 0 \(None\): missing field 'id'"),
@@ -295,6 +295,14 @@ def test_malformed_data_raises_one_line_value_errors_naming_the_file(tmp_path, q
         load_bfcl("base", data_dir)
     assert "\n" not in str(err.value)
     assert len(load_bfcl("base", write_subset(tmp_path / "good", [json.dumps(ROW)], [json.dumps(ANSWER)]))) == 1
+
+
+def test_a_data_file_that_is_not_utf8_is_a_one_line_error_naming_file_and_line(tmp_path):
+    data_dir = write_subset(tmp_path, [json.dumps(ROW)], [json.dumps(ANSWER)])
+    (data_dir / "BFCL_v3_multi_turn_base.json").write_bytes(json.dumps(ROW).encode() + b"\n\xff\n")
+    with pytest.raises(ValueError, match=r"BFCL_v3_multi_turn_base.json: line 2: not UTF-8 text") as err:
+        load_bfcl("base", data_dir)
+    assert "\n" not in str(err.value)
 
 
 def test_a_missing_bfcl_eval_package_is_a_one_line_import_error():

@@ -21,11 +21,11 @@ def composer(tiny_model_dir, tokenizer):
 
 
 def test_teacher_prompt_has_framing_and_a_contiguous_placeholder_span(tokenizer):
-    ids, start = teacher_prompt_ids(tokenizer, MESSAGES, FRAMINGS["coding"], n_latent=6)
+    ids, start = teacher_prompt_ids(tokenizer, MESSAGES, FRAMINGS["code"], n_latent=6)
     assert ids[start:start + 6] == [tokenizer.pad_token_id] * 6
     head, tail = tokenizer.decode(ids[:start]), tokenizer.decode(ids[start + 6:])
-    assert head.rstrip().endswith(FRAMINGS["coding"][0])
-    assert tail.lstrip().startswith(FRAMINGS["coding"][1]) and "sum of two integers" in tail
+    assert head.rstrip().endswith(FRAMINGS["code"][0])
+    assert tail.lstrip().startswith(FRAMINGS["code"][1]) and "sum of two integers" in tail
     assert "<|LATENT_PH|>" not in head + tail
     assert head.count("<|im_start|>user") == 1  # the framing sits in the first user message
 
@@ -55,7 +55,7 @@ def test_embedding_path_equals_token_id_path(composer, tokenizer):
     """Paper B.2: fill the latent span with embeddings of real tokens; the embedding path and the
     token-id path give the same greedy decode and the same log-probs (fp32 tolerance)."""
     model, n = composer.backbone.eval(), 8
-    ids, start = teacher_prompt_ids(tokenizer, MESSAGES, FRAMINGS["coding"], n_latent=n)
+    ids, start = teacher_prompt_ids(tokenizer, MESSAGES, FRAMINGS["code"], n_latent=n)
     real = torch.randint(100, 5000, (n,), generator=torch.Generator().manual_seed(1))
     token_ids = torch.tensor([ids[:start] + real.tolist() + ids[start + n:]])
     embed = model.get_input_embeddings()
@@ -75,7 +75,7 @@ def _tiny_teacher_loss(composer, tokenizer):
     assert latents[0].shape == (2 * 4, composer.backbone.config.hidden_size)
     actions = tokenizer("print(1)", add_special_tokens=False)["input_ids"]
     batch, starts = teacher_batch(tokenizer, [Trajectory("t", [Turn([], actions, [0.0] * len(actions))])],
-                                  [MESSAGES], FRAMINGS["coding"], [latents[0].shape[0]], tokenizer.pad_token_id)
+                                  [MESSAGES], FRAMINGS["code"], [latents[0].shape[0]], tokenizer.pad_token_id)
     hidden = composer.teacher_hidden(batch, latents, starts)
     return hidden[:, :-1][batch.action_mask_B_T > 0].pow(2).mean(), latents
 
@@ -120,7 +120,7 @@ def test_checkpointed_teacher_gives_the_plain_gradients(tiny_model_dir, tokenize
 def test_teacher_without_trainable_latents_builds_no_graph(composer, tokenizer):
     actions = tokenizer("print(1)", add_special_tokens=False)["input_ids"]
     batch, starts = teacher_batch(tokenizer, [Trajectory("t", [Turn([], actions, [0.0] * len(actions))])],
-                                  [MESSAGES], FRAMINGS["coding"], [0], tokenizer.pad_token_id)
+                                  [MESSAGES], FRAMINGS["code"], [0], tokenizer.pad_token_id)
     hidden = composer.teacher_hidden(batch, [torch.zeros(0, composer.backbone.config.hidden_size)], starts)
     assert not hidden.requires_grad
 
@@ -128,7 +128,7 @@ def test_teacher_without_trainable_latents_builds_no_graph(composer, tokenizer):
 def test_adapter_is_on_only_while_encoding(composer, tokenizer):
     actions = tokenizer("print(1)", add_special_tokens=False)["input_ids"]
     batch, starts = teacher_batch(tokenizer, [Trajectory("t", [Turn([], actions, [0.0] * len(actions))])],
-                                  [MESSAGES], FRAMINGS["coding"], [0], tokenizer.pad_token_id)
+                                  [MESSAGES], FRAMINGS["code"], [0], tokenizer.pad_token_id)
     no_latents = [torch.zeros(0, composer.backbone.config.hidden_size)]
     with torch.no_grad():
         _, before = _tiny_teacher_loss(composer, tokenizer)

@@ -1,18 +1,31 @@
+"""Config: params.yaml is DVC's Hydra composition of conf/ and is read as it is, so what is recorded is what ran."""
+
 import pytest
-import yaml
 
-from lopd.core.config import PROFILES, Config, ConfigError, load_config, resolve
+from lopd.core import registry
+from lopd.core.config import (CONF_DIR, PROFILES_NAMES, REPO_ROOT, Config, ConfigError, build_config, compose,
+                              load_config, read_yaml, resolve)
 
 
-def test_repo_params_load_and_default_profile_is_cpu():
+def test_repo_params_are_the_default_composition():
+    """The committed params.yaml is what `dvc exp run` composes from conf/ with no overrides (DVC's own composer)."""
+    from dvc.utils.hydra import compose_and_dump
+
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "params.yaml"
+        compose_and_dump(out, str(CONF_DIR), None, "config", tmp, [])
+        assert read_yaml(out) == read_yaml(REPO_ROOT / "params.yaml")
     cfg = load_config()
-    assert cfg.profile == "cpu"
-    assert cfg.model.name == "smollm2-135m"
-    assert cfg.train.steps == PROFILES["cpu"]["train.steps"]
+    assert cfg.profile == "cpu" and cfg.model.name == "smollm2-135m" and cfg.train.steps == 24
 
 
 def test_paper_values_are_the_defaults():
     cfg = Config()
+    assert cfg.to_dict() == {**compose("paper"), "profile": "paper", "model": {"name": "smollm2-135m", "dtype": "float32"},
+                             "bank": {**compose("paper")["bank"], "embedder": "all-minilm-l6-v2"}}
     assert (cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.top_k) == (0.7, 0.95, 20)
     assert (cfg.train.lr, cfg.train.grad_clip, cfg.train.rollouts_per_step) == (1e-5, 1.0, 32)
     assert (cfg.grpo.group_size, cfg.grpo.clip_low, cfg.grpo.clip_high) == (4, 0.2, 0.2)
@@ -32,7 +45,6 @@ def test_paper_values_are_the_defaults():
     ({"train": {"steps": True}}, "train.steps: expected int"),
     ({"sampling": {"temperature": -1}}, "sampling.temperature"),
     ({"sampling": {"top_p": 1.5}}, "sampling.top_p"),
-    ({"profile": "huge"}, "profile: 'huge' is not one of"),
     ({"methods": ["vanilla", "dpo"]}, "unknown method 'dpo'"),
     ({"grpo": {"group_size": 1}}, "grpo.group_size"),
     ({"train": {"rollouts_per_step": 30}}, "multiple of grpo.group_size"),
@@ -57,32 +69,99 @@ def test_bad_params_give_one_line_error_naming_the_key(raw, message):
     assert "\n" not in str(err.value)
 
 
-def test_profile_overrides_only_keys_left_at_paper_default():
-    cfg = resolve({"profile": "smoke", "train": {"steps": 7}})
-    assert cfg.model.name == "tiny-random"       # profile applied
-    assert cfg.train.steps == 7                  # the user's value wins
-    assert cfg.eval.task_limit == PROFILES["smoke"]["eval.task_limit"]
+def test_explicit_values_win_over_the_profile_even_at_the_paper_default():
+    """The bugs of the old in-code profiles: a value equal to the paper default was silently replaced."""
+    raw = compose("cpu", ["train.steps=200", "eval.task_limit=null", "train.save_every=50"])
+    cfg = build_config(raw)
+    assert (cfg.train.steps, cfg.eval.task_limit, cfg.train.save_every) == (200, None, 50)
+    smoke = build_config(compose("smoke", ["train.steps=200"]))
+    assert smoke.train.steps == 200 and smoke.model.name == "tiny-random"
+    assert resolve({"profile": "smoke", "train": {"steps": 7}}).train.steps == 7
 
 
-def test_float_fields_accept_ints_and_yaml_file_errors(tmp_path):
+def test_profile_switch_changes_what_params_yaml_holds():
+    cpu, smoke = compose("cpu"), compose("smoke")
+    assert (cpu["profile"], smoke["profile"]) == ("cpu", "smoke")
+    assert (cpu["model"]["name"], smoke["model"]["name"]) == ("smollm2-135m", "tiny-random")
+    assert {name for name in PROFILES_NAMES} == {"smoke", "cpu", "paper"}
+    for name in PROFILES_NAMES:
+        assert build_config(compose(name)).to_dict() == compose(name)  # every key present, nothing added
+
+
+def test_recorded_params_equal_the_params_that_ran(tmp_path, monkeypatch):
+    """MLflow's run params are params.yaml flattened: the values DVC records are the values the stage used."""
+    import mlflow
+
+    from lopd.core.tracking import Tracker, flatten
+
+    params = tmp_path / "params.yaml"
+    from dvc.utils.hydra import compose_and_dump
+
+    compose_and_dump(params, str(CONF_DIR), None, "config", str(tmp_path), ["profile=smoke", "train.lr=3e-6"])
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    monkeypatch.setenv("LOPD_MLFLOW_URI", uri)
+    cfg = load_config(params)
+    assert cfg.train.lr == 3e-6
+    with Tracker(cfg, "unit"):
+        pass
+    mlflow.set_tracking_uri(uri)
+    run = mlflow.search_runs(experiment_names=["lopd-suite-smoke"]).iloc[0]
+    logged = {k.removeprefix("params."): v for k, v in run.items() if k.startswith("params.")}
+    assert logged == {k: str(v) for k, v in flatten(read_yaml(params)).items()}
+
+
+@pytest.mark.parametrize("spelling, value", [("3e-06", 3e-6), ("1e-5", 1e-5), ("1.0e-05", 1e-5), ("2", 2.0),
+                                             ("+1E-3", 1e-3), (".5", 0.5)])
+def test_numbers_parse_in_every_yaml_spelling(tmp_path, spelling, value):
+    path = tmp_path / "params.yaml"
+    path.write_text((REPO_ROOT / "params.yaml").read_text().replace("  lr: 1.0e-05\n", f"  lr: {spelling}\n", 1))
+    assert load_config(path).train.lr == value
+
+
+@pytest.mark.parametrize("key, text, message", [
+    ("lr", "  lr: .inf", "train.lr: must be a finite number"),
+    ("temperature", "  temperature: .nan", "sampling.temperature: must be a finite number"),
+    ("temperature", "  temperature: -.inf", "sampling.temperature: must be a finite number"),
+])
+def test_non_finite_numbers_are_refused(tmp_path, key, text, message):
+    path = tmp_path / "params.yaml"
+    lines = (REPO_ROOT / "params.yaml").read_text().splitlines()
+    first = next(i for i, line in enumerate(lines) if line.strip().startswith(f"{key}:"))
+    lines[first] = text
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError, match=message) as err:
+        load_config(path)
+    assert str(err.value).startswith(str(path)) and "\n" not in str(err.value)
+
+
+def test_file_errors_name_the_file_and_line(tmp_path):
     assert resolve({"train": {"lr": 1}}).train.lr == 1.0
     bad = tmp_path / "p.yaml"
-    bad.write_text("train: [unclosed\n")
-    with pytest.raises(ConfigError, match="not valid YAML"):
+    bad.write_text("seed: 0\ntrain: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"p.yaml:3: not valid YAML"):
         load_config(bad)
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "missing.yaml")
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    with pytest.raises(ConfigError, match="empty.yaml: empty"):
+        load_config(empty)
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("seed: 0 # caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match="latin.yaml: not UTF-8"):
+        load_config(latin)
+    partial = tmp_path / "partial.yaml"
+    partial.write_text("seed: 0\n")
+    with pytest.raises(ConfigError, match="missing key"):
+        load_config(partial)
 
 
-def test_every_profile_resolves():
-    for name in PROFILES:
-        assert resolve({"profile": name}).profile == name
+def test_override_of_an_unknown_key_is_refused_by_the_composition():
+    with pytest.raises(ConfigError, match="conf/"):
+        compose("cpu", ["train.stpes=3"])
 
 
-def test_params_yaml_lists_every_field():
-    """params.yaml documents every knob: its keys are exactly the dataclass fields."""
-    raw = yaml.safe_load(open(__import__("lopd.core.config").config.REPO_ROOT / "params.yaml"))
-    assert set(raw) == set(Config().to_dict())
-    for section, values in Config().to_dict().items():
-        if isinstance(values, dict):
-            assert set(raw[section]) == set(values), section
+def test_every_registered_method_has_a_params_section():
+    raw = compose("cpu")
+    assert set(registry.METHODS) <= set(raw)
+    assert raw["baselines"] == registry.baseline_names() and raw["methods"] == list(registry.METHODS)

@@ -559,6 +559,9 @@ def test_missing_files_and_broken_jsonl_are_reported(tmp_path):
     broken.write_text(json.dumps(TASKS[0]) + "\n{oops\n")
     with pytest.raises(ValueError, match=r"tasks.jsonl: line 2 is not valid JSON"):
         load_envscaler(env_path, broken)
+    broken.write_bytes(json.dumps(TASKS[0]).encode() + b"\n\xff\n")
+    with pytest.raises(ValueError, match=r"tasks.jsonl: line 2: not UTF-8 text"):
+        load_envscaler(env_path, broken)
 
 
 # -- the split -----------------------------------------------------------------------

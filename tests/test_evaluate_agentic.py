@@ -1,14 +1,18 @@
 """The eval_agentic summary: benchmark score and behaviour means, robust to empty benchmarks and failed scoring."""
 
-from lopd.core.trajectory import Trajectory, Turn
-from pipelines.evaluate_agentic import summarise
+import json
+
+from lopd.core.trajectory import EpisodeBehaviour, Trajectory, Turn
+from pipelines.evaluate_agentic import episode_record, summarise
 
 
-def _episode(reward, calls, steps, scores, ended="step_cap"):
-    metadata = {"steps": steps, "tool_calls": calls, "tool_calls_per_step": calls / steps, "first_step_tokens": 7,
-                "reward_per_tool_call": reward / max(calls, 1), "repeated_calls": 0, "invalid_calls": 1,
-                "scores": {"reward": reward, **scores}, "ended": ended}
-    return Trajectory("t", [Turn([1, 2], [3], [0.0])], reward=reward, metadata=metadata)
+def _episode(reward, calls, steps, scores, ended="step_cap", **extra):
+    behaviour = EpisodeBehaviour(ended=ended, steps=steps, tool_calls=calls, invalid_calls=1, repeated_calls=0,
+                                 tool_calls_per_step=calls / steps, first_step_tokens=7,
+                                 reward_per_tool_call=reward / max(calls, 1), scores={"reward": reward, **scores},
+                                 **extra)
+    return Trajectory("t", [Turn([1, 2], [3], [0.0])], reward=reward, response="1. get() -> {}", stopped=True,
+                      behaviour=behaviour)
 
 
 def test_summary_means_and_extra_scores():
@@ -31,3 +35,14 @@ def test_summary_of_failed_scoring_counts_zero_not_crash():
 
 def test_summary_of_no_episodes_is_a_note():
     assert summarise([]) == {"note": "n/a: the benchmark has no tasks", "n_tasks": 0}
+
+
+def test_episode_record_keeps_the_results_file_layout():
+    plain = episode_record(_episode(1.0, 2, 4, {}, "completed"))
+    assert json.dumps(plain) == json.dumps({
+        "task_id": "t", "reward": 1.0, "stopped": True, "ended": "completed", "steps": 4, "tool_calls": 2,
+        "invalid_calls": 1, "repeated_calls": 0, "tool_calls_per_step": 0.5, "first_step_tokens": 7,
+        "reward_per_tool_call": 0.5, "scores": {"reward": 1.0}, "response": "1. get() -> {}"})
+    failed = episode_record(_episode(0.0, 1, 1, {}, "env_error", score_notes={"why": "x"}, env_error="E: boom"))
+    assert list(failed)[-3:] == ["response", "score_notes", "env_error"]
+    assert (failed["score_notes"], failed["env_error"]) == ({"why": "x"}, "E: boom")

@@ -6,9 +6,10 @@ from safetensors.torch import load_file
 
 from baselines.grpo import GRPO
 from lopd.core.config import resolve
-from lopd.core.loop import policy_dir, tasks_for_step, train
+from lopd.core.checkpoint import policy_dir
+from lopd.core.loop import tasks_for_step, train
 from lopd.core.rollout import Task, single_turn
-from lopd.core.methods import Vanilla
+from baselines.vanilla import Vanilla
 
 TASKS = [Task(f"t{i}", [{"role": "user", "content": f"Say something about the number {i}."}]) for i in range(6)]
 
@@ -23,7 +24,8 @@ def _cfg(steps):
 
 
 def _weights(path):
-    return load_file(str(path / "model" / "model.safetensors"))
+    """A training run's final weights (the base folder is never needed: the methods here train)."""
+    return load_file(str(policy_dir(path, base_dir=None) / "model.safetensors"))
 
 
 def test_grpo_updates_weights_and_resume_equals_uninterrupted_run(tiny_model_dir, tmp_path):
@@ -39,7 +41,7 @@ def test_grpo_updates_weights_and_resume_equals_uninterrupted_run(tiny_model_dir
     assert straight["history"][-1]["cumulative_rollouts"] == 16
     # the checkpoint is a plain transformers folder
     from transformers import AutoModelForCausalLM
-    AutoModelForCausalLM.from_pretrained(tmp_path / "a" / "model")
+    AutoModelForCausalLM.from_pretrained(policy_dir(tmp_path / "a", tiny_model_dir))
 
 
 def test_activation_checkpointing_gives_the_same_weights(tiny_model_dir, tmp_path):
@@ -69,7 +71,7 @@ def test_a_shorter_run_does_not_reuse_a_longer_checkpoint(tiny_model_dir, tmp_pa
 
 
 def test_vanilla_checkpoint_points_at_base(tiny_model_dir, tmp_path):
-    train(_cfg(2), Vanilla(), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "v")
+    train(_cfg(2), Vanilla(_cfg(2)), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "v")
     assert json.loads((tmp_path / "v" / "manifest.json").read_text())["weights"] == "base"
     assert policy_dir(tmp_path / "v", tiny_model_dir) == tiny_model_dir
     with pytest.raises(FileNotFoundError, match="no checkpoint"):

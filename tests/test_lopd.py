@@ -10,6 +10,7 @@ from lopd.latent.cold_start import ANCHORS_FILE, COMPOSER_FILE, cold_start
 from lopd.latent.composer import FRAMINGS
 from lopd.core.config import resolve
 from lopd.latent.method import LOPD
+from lopd.core.checkpoint import load as load_checkpoint, policy_dir
 from lopd.core.loop import MethodInputError, train
 from lopd.core.methods import MethodContext
 from lopd.core.models import load_tokenizer
@@ -51,13 +52,13 @@ def bank_dir(tmp_path_factory):
 def composer_dir(tiny_model_dir, bank_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("composer")
     cfg = _cfg(cold_start={"steps": 0})
-    cold_start(cfg, tiny_model_dir, bank_dir, TASKS, out, FRAMINGS["coding"])
+    cold_start(cfg, tiny_model_dir, bank_dir, TASKS, out, FRAMINGS["code"])
     return out
 
 
 def test_cold_start_lowers_nll_and_caches_anchor_latents(tiny_model_dir, bank_dir, tmp_path):
     cfg = _cfg(cold_start={"steps": 8, "batch_size": 4, "lr": 1e-3})
-    result = cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path, FRAMINGS["coding"])
+    result = cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path, FRAMINGS["code"])
     s = result["summary"]
     assert s["n_examples"] == 4 and len(result["history"]) == 8
     assert s["nll_after"] < s["nll_before"] - 0.05
@@ -71,7 +72,7 @@ def test_cold_start_lowers_nll_and_caches_anchor_latents(tiny_model_dir, bank_di
 
 
 def _method(cfg, bank_dir, composer_dir):
-    return LOPD(cfg, bank_dir, composer_dir, FRAMINGS["coding"], trace_of=str)
+    return LOPD(cfg, bank_dir, composer_dir, FRAMINGS["code"], trace_of=str)
 
 
 def test_lopd_trains_student_and_composer_with_the_dual_update(tiny_model_dir, bank_dir, composer_dir, tmp_path):
@@ -92,7 +93,7 @@ def test_lopd_trains_student_and_composer_with_the_dual_update(tiny_model_dir, b
     base = load_file(str(tiny_model_dir / "model.safetensors"))
     teacher = method.composer.backbone.state_dict()
     assert all(torch.equal(base[k], teacher[k]) for k in base if k in teacher), "the teacher backbone stays frozen"
-    student = load_file(str(tmp_path / "run" / "model" / "model.safetensors"))
+    student = load_file(str(policy_dir(tmp_path / "run", tiny_model_dir) / "model.safetensors"))
     assert any(not torch.equal(base[k], student[k]) for k in base)
 
 
@@ -101,8 +102,7 @@ def test_lopd_resume_equals_uninterrupted_run(tiny_model_dir, bank_dir, composer
     one = _cfg(train={"steps": 1, "save_every": 1})
     train(one, _method(one, bank_dir, composer_dir), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "b")
     resumed = train(_cfg(), _method(_cfg(), bank_dir, composer_dir), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "b")
-    a, b = load_file(str(tmp_path / "a" / "model" / "model.safetensors")), load_file(
-        str(tmp_path / "b" / "model" / "model.safetensors"))
+    a, b = (load_file(str(policy_dir(tmp_path / run, tiny_model_dir) / "model.safetensors")) for run in "ab")
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
     keys = ("beta_next", "privilege_margin", "distill_loss")
     assert [h[k] for h in straight["history"] for k in keys] == pytest.approx(
@@ -135,13 +135,13 @@ def test_bank_growth_adds_training_successes_and_survives_resume(tiny_model_dir,
     save_vectors(bank_dir / QUERIES_FILE, [t.task_id for t in TASKS],
                  embedder.embed([query_text(task_text(t.messages), "q") for t in TASKS]))
     cfg = _cfg(cold_start={"steps": 0}, bank={"grow_during_training": True, "success_threshold": 0.5})
-    cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path / "composer", FRAMINGS["coding"])
+    cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path / "composer", FRAMINGS["code"])
     result = train(cfg, _method(cfg, bank_dir, tmp_path / "composer"), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "r")
     successes = [round(h["reward_mean"] * cfg.train.rollouts_per_step) for h in result["history"]]
     assert [h["bank_size"] for h in result["history"]] == [3 + successes[0], 3 + sum(successes)]
     resumed = _method(cfg, bank_dir, tmp_path / "composer")
     resumed.setup(MethodContext(cfg, None, load_tokenizer(tiny_model_dir), tiny_model_dir, None, TASKS))
-    resumed.load_state_dict(torch.load(tmp_path / "r" / "trainer_state.pt", weights_only=False)["method"])
+    resumed.load_state_dict(load_checkpoint(tmp_path / "r").state["method"])
     assert len(resumed.bank) == 3 + sum(successes) and resumed.retriever.index.ntotal == len(resumed.bank)
 
 
@@ -152,7 +152,7 @@ def test_cold_start_on_a_one_task_bank_retrieves_nothing_and_does_not_crash(tiny
     save_vectors(bank_dir / DOCUMENTS_FILE, ["t0"], np.eye(1, 4, dtype=np.float32))
     save_vectors(bank_dir / QUERIES_FILE, [t.task_id for t in TASKS], np.eye(len(TASKS), 4, dtype=np.float32))
     result = cold_start(_cfg(cold_start={"steps": 2}), tiny_model_dir, bank_dir, TASKS, tmp_path / "c",
-                        FRAMINGS["coding"])
+                        FRAMINGS["code"])
     assert result["summary"]["nll_before"] == pytest.approx(result["summary"]["nll_after"])
     anchors = torch.load(tmp_path / "c" / ANCHORS_FILE)
     assert anchors["t0"]["entries"] == [] and anchors["t1"]["entries"] == [0]
@@ -163,7 +163,7 @@ def test_activation_checkpointing_changes_memory_not_results(tiny_model_dir, ban
     for on in (True, False):
         cfg = _cfg(cold_start={"steps": 2, "batch_size": 4, "lr": 1e-3}, composer={"activation_checkpointing": on,
                    "max_item_tokens": 64, "qformer_layers": 2})
-        runs.append(cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path / str(on), FRAMINGS["coding"]))
+        runs.append(cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path / str(on), FRAMINGS["code"]))
     assert [h["nll"] for h in runs[0]["history"]] == [h["nll"] for h in runs[1]["history"]]
     a, b = torch.load(tmp_path / "True" / COMPOSER_FILE), torch.load(tmp_path / "False" / COMPOSER_FILE)
     assert all(torch.equal(a[k], b[k]) for k in a)

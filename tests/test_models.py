@@ -1,7 +1,11 @@
+import re
+
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from lopd.core.models import SMOLLM2_GGUF, _smollm2_dir, load_model, load_tokenizer, prepare_base_model
+from lopd.core.models import (SMOLLM2_GGUF, _smollm2_dir, check_model_dir, load_model, load_tokenizer,
+                              prepare_base_model)
 
 
 def test_tiny_random_is_seeded_and_has_the_smollm2_chat_template(tiny_model_dir, tmp_path):
@@ -23,3 +27,14 @@ def test_smollm2_conversion_matches_the_gguf_model(tmp_path):
     with torch.no_grad():
         assert torch.allclose(converted(ids).logits, reference(ids).logits, atol=1e-5)
     assert "quantization_config" not in converted.config.to_dict()
+
+
+def test_a_missing_model_folder_is_a_one_line_error_before_anything_loads(tmp_path):
+    missing = tmp_path / "models" / "base"
+    for load in (load_tokenizer, load_model):
+        with pytest.raises(FileNotFoundError, match="^" + re.escape(f"{missing}: model not found (for the base "
+                                                                     "model run: dvc repro prepare_model)") + "$"):
+            load(missing)
+        with pytest.raises(FileNotFoundError, match=f"^{re.escape(str(tmp_path))}: model has no config.json"):
+            load(str(tmp_path))
+    check_model_dir("HuggingFaceTB/SmolLM2-135M-Instruct")  # a hub id is the hub's business

@@ -13,16 +13,16 @@ from hypothesis import strategies as st
 from baselines import opsd, sdft, skill_sd
 from baselines.grpo import GRPO
 from lopd.core import multiturn
-from lopd.core.config import PROFILES, ConfigError, resolve
+from lopd.core.config import PROFILES_NAMES, ConfigError, resolve
 from lopd.core.loop import train
 from lopd.core.models import load_tokenizer
-from lopd.core.multiturn import (BEHAVIOUR_KEYS, TASK_COMPLETED, ParsedStep, continuation_ids, end_of_turn_id, multi_turn,
+from lopd.core.multiturn import (TASK_COMPLETED, ParsedStep, continuation_ids, end_of_turn_id, multi_turn,
                             observation_lite, parse_step, run_episodes)
 from baselines.pool import BASE_MODEL_ROLLOUT, POOL_FILE, Demonstration, write_pool
 from lopd.latent.retrieval import QUERIES_FILE, TextEmbedder, save_vectors
 from lopd.core.rollout import Task, encode_prompt, make_backend
 from lopd.core.sampling import Completion, SamplingParams
-from lopd.core.trajectory import Turn, collate, with_prompt
+from lopd.core.trajectory import BEHAVIOUR_KEYS, Turn, collate, with_prompt
 
 TOOLS = [{"type": "function", "function": {"name": "add", "description": "Add n to the counter.",
                                            "parameters": {"type": "object", "properties": {"n": {"type": "integer"}},
@@ -117,8 +117,8 @@ def test_episode_is_token_in_token_out_with_masked_environment_tokens(tokenizer)
     backend = ScriptedBackend(tokenizer, [script])
     (traj,) = run_episodes(backend, tokenizer, [("t0", 0, env)], PARAMS, seed=0, max_steps=10,
                            max_context_tokens=10_000)
-    assert traj.reward == 1.0 and env.closed and traj.metadata["ended"] == "completed"
-    assert traj.metadata["steps"] == 3 and traj.metadata["tool_calls"] == 2
+    assert traj.reward == 1.0 and env.closed and traj.behaviour.ended == "completed"
+    assert traj.behaviour.steps == 3 and traj.behaviour.tool_calls == 2
     # every prompt the sampler saw is exactly the trajectory's tokens up to that turn
     for t, (prompt,) in enumerate(backend.prompts):
         prefix = [i for turn in traj.turns[:t] for i in (*turn.context_ids, *turn.action_ids)]
@@ -132,7 +132,7 @@ def test_episode_is_token_in_token_out_with_masked_environment_tokens(tokenizer)
     batch = collate([traj], tokenizer.pad_token_id)
     sampled = [i for turn in traj.turns for i in turn.action_ids]
     assert batch.target_ids_B_T[0][batch.action_mask_B_T[0] > 0].tolist() == sampled
-    assert traj.metadata["response"].splitlines() == ['1. add(n=2) -> {"count": 2}', '2. add(n=1) -> {"count": 3}']
+    assert traj.response.splitlines() == ['1. add(n=2) -> {"count": 2}', '2. add(n=1) -> {"count": 3}']
 
 
 def test_errors_become_observations_and_episodes_end_on_caps(tokenizer):
@@ -145,20 +145,20 @@ def test_errors_become_observations_and_episodes_end_on_caps(tokenizer):
     assert "not valid JSON" in observations[0] and "unknown tool" in observations[1]
     assert "must be an integer" in observations[2] and "RuntimeError" in observations[3]
     assert "Only the first of 2 tool calls" in observations[4] and "Use a tool." in observations[5]
-    assert env.count == 1 and traj.metadata["ended"] == "step_cap" and traj.reward == 0.0
-    assert traj.metadata["invalid_calls"] == 1 and traj.metadata["tool_calls"] == 6
+    assert env.count == 1 and traj.behaviour.ended == "step_cap" and traj.reward == 0.0
+    assert traj.behaviour.invalid_calls == 1 and traj.behaviour.tool_calls == 6
 
     long_script = [_call("get")] * 50
     (short,) = run_episodes(ScriptedBackend(tokenizer, [long_script]), tokenizer, [("t", 0, CounterEnv())], PARAMS, 0,
                             max_steps=50, max_context_tokens=400)
-    assert short.metadata["ended"] == "context" and len(short.token_ids) + PARAMS.max_new_tokens <= 400 + 64
-    assert short.metadata["repeated_calls"] == short.metadata["steps"] - 1
+    assert short.behaviour.ended == "context" and len(short.token_ids) + PARAMS.max_new_tokens <= 400 + 64
+    assert short.behaviour.repeated_calls == short.behaviour.steps - 1
 
 
 def test_truncated_step_gets_an_end_of_turn_token(tokenizer):
     backend = ScriptedBackend(tokenizer, [[_call("get"), TASK_COMPLETED]], stop=False)
     (traj,) = run_episodes(backend, tokenizer, [("t", 0, CounterEnv())], PARAMS, 0, 5, 10_000)
-    assert traj.turns[1].context_ids[0] == tokenizer.eos_token_id and traj.metadata["stopped"] is False
+    assert traj.turns[1].context_ids[0] == tokenizer.eos_token_id and traj.stopped is False
 
 
 def test_real_model_episodes_are_batched_and_train_with_grpo(tiny_model_dir, tokenizer, tmp_path):
@@ -169,7 +169,7 @@ def test_real_model_episodes_are_batched_and_train_with_grpo(tiny_model_dir, tok
     backend.generate = lambda prompts, params, seed: calls.append(len(prompts)) or original(prompts, params, seed)
     trajs = run_episodes(backend, tokenizer, [(f"t{i}", i, CounterEnv()) for i in range(4)], PARAMS, 0, 3, 4096)
     assert calls[0] == 4 and len(calls) <= 3  # every active episode of a step in one call
-    assert all(len(t.turns) == t.metadata["steps"] for t in trajs)
+    assert all(len(t.turns) == t.behaviour.steps for t in trajs)
     tasks = [Task(f"t{i}", CounterEnv().reset()[0], tuple(TOOLS)) for i in range(2)]
     result = train(cfg, GRPO(cfg.grpo), tasks, multi_turn(lambda task: CounterEnv(), 2, 4096, 16), tiny_model_dir,
                    tmp_path / "grpo")
@@ -182,14 +182,14 @@ def _ids(tokenizer, text):
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def test_behaviour_metadata_of_a_scripted_episode(tokenizer):
+def test_behaviour_of_a_scripted_episode(tokenizer):
     script = [_call("add", n=1), _call("add", n=1), "<tool_call>oops</tool_call>", _call("get") + _call("add", n=5),
               "All done. " + TASK_COMPLETED]
     (traj,) = run_episodes(ScriptedBackend(tokenizer, [script]), tokenizer, [("t", 0, CounterEnv(target=2))], PARAMS,
                            0, max_steps=10, max_context_tokens=10_000)
     # add (count 1), the same add again (count 2, a repeat), a malformed block, get + add (only get runs), done
     assert traj.reward == 1.0
-    assert {k: traj.metadata[k] for k in (*BEHAVIOUR_KEYS, "tool_calls", "ended")} == {
+    assert {k: getattr(traj.behaviour, k) for k in (*BEHAVIOUR_KEYS, "tool_calls", "ended")} == {
         "steps": 5, "tool_calls": 4, "invalid_calls": 1, "repeated_calls": 1, "tool_calls_per_step": 4 / 5,
         "first_step_tokens": len(_ids(tokenizer, _call("add", n=1))) + 1,  # + the stop token <|im_end|>
         "reward_per_tool_call": 1.0 / 4, "ended": "completed"}
@@ -297,8 +297,8 @@ def test_an_episode_without_room_for_a_step_is_its_prompt_alone(tokenizer):
     env = CounterEnv()
     (traj,) = run_episodes(ScriptedBackend(tokenizer, []), tokenizer, [("t", 0, env)], PARAMS, 0, 3,
                            len(prompt) + PARAMS.max_new_tokens - 1)
-    assert env.closed and traj.metadata["ended"] == "context" and traj.metadata["steps"] == 0
-    assert traj.metadata["first_step_tokens"] == 0 and traj.metadata["tool_calls_per_step"] == 0
+    assert env.closed and traj.behaviour.ended == "context" and traj.behaviour.steps == 0
+    assert traj.behaviour.first_step_tokens == 0 and traj.behaviour.tool_calls_per_step == 0
     assert traj.turns == [Turn(prompt, [], [])] and traj.num_action_tokens == 0
     # what multi-process training does with every trajectory: a teacher's view, collated with the student's
     teacher = with_prompt(traj, [7, 8])
@@ -306,7 +306,7 @@ def test_an_episode_without_room_for_a_step_is_its_prompt_alone(tokenizer):
 
 
 def test_a_step_must_fit_the_context_budget():
-    for name in PROFILES:
+    for name in PROFILES_NAMES:
         cfg = resolve({"profile": name})
         assert cfg.agentic.max_step_tokens < cfg.agentic.max_context_tokens
     # judged after the profile: the cpu profile's 64-token steps fit a smaller context the user sets
@@ -378,6 +378,6 @@ def test_fuzz_rollouts_never_crash(tokenizer, outputs):
     (traj,) = run_episodes(backend, tokenizer, [("t", 0, env)], PARAMS, 0, 3, 10_000)
     assert 0.0 <= traj.reward <= 1.0 and env.closed
     batch = collate([traj], tokenizer.pad_token_id)
-    scripted = [i for o in outputs[:traj.metadata["steps"]]
+    scripted = [i for o in outputs[:traj.behaviour.steps]
                 for i in tokenizer(o, add_special_tokens=False)["input_ids"][:PARAMS.max_new_tokens] + [2]]
     assert batch.target_ids_B_T[0][batch.action_mask_B_T[0] > 0].tolist() == scripted  # what the backend sampled

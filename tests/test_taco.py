@@ -90,6 +90,23 @@ def test_duplicate_ids_are_rejected(tmp_path):
         load_taco_file(path)
 
 
+@pytest.mark.parametrize("name, content", [("tasks.jsonl", ""), ("tasks.jsonl", "\n  \n"), ("tasks.json", "[]")])
+def test_a_file_without_records_is_a_one_line_error_naming_it(tmp_path, name, content):
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(ValueError) as info:
+        load_taco_file(path)
+    assert str(info.value) == f"{path}: no TACO records in the file"
+
+
+def test_a_file_that_is_not_utf8_is_a_one_line_error_naming_file_and_line(tmp_path):
+    path = tmp_path / "tasks.jsonl"
+    path.write_bytes(_record(task_id="ok/0").encode() + b"\n{\"question\": \"caf\xe9\"}\n")
+    with pytest.raises(ValueError, match=r"tasks.jsonl: line 2: not UTF-8 text") as info:
+        load_taco_file(path)
+    assert "\n" not in str(info.value)
+
+
 # -------------------------------------------------------------------- prompting and extraction
 
 def test_build_messages(tasks):

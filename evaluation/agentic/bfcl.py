@@ -102,7 +102,7 @@ except ImportError as err:  # the evaluation stage reports this and runs the oth
     raise ImportError(f"BFCL needs the pinned bfcl-eval package (cannot import {err.name or err}); "
                       f"install it with scripts/setup.sh") from None
 
-from evaluation.agentic.jsonl import read_jsonl
+from lopd.core.jsonl import read_jsonl
 
 BFCL_SUBSETS = ("base", "miss_func", "miss_param", "long_context")
 

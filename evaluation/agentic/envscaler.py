@@ -85,6 +85,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lopd.core.jsonl import read_text
 from lopd.core.multiturn import AGENT_SYSTEM_PROMPT, TASK_COMPLETED
 
 NUDGE = (f"No tool call found. Call one of the tools to continue the task, or reply exactly "
@@ -163,7 +164,7 @@ def _read_container(path: Path, kind: str) -> Any:
     """A JSON document, or a list of JSONL lines when the whole file is not one JSON document."""
     if not path.is_file():
         raise FileNotFoundError(f"EnvScaler {kind} file not found: {path}")
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     try:
         return json.loads(text)
     except ValueError:

@@ -1,26 +1,29 @@
 """Typed, validated configuration: params.yaml -> dataclasses.
 
-Defaults are the paper's values. A profile (`smoke`, `cpu`, `paper`) overrides a few keys in code;
-it only touches keys that params.yaml leaves at their paper default, so anything a user sets in
-params.yaml (or with `dvc exp run -S key=value`) always wins.
+params.yaml is composed by DVC's Hydra integration from conf/config.yaml (the paper's values, also the dataclass
+defaults here), conf/profile/<profile>.yaml on top, and `dvc exp run -S key=value` overrides last. It therefore
+holds every value a stage runs with, and a stage reads it as it is: what DVC and MLflow record is what ran.
+Method sections (`grpo`, `lopd`, ...) are typed by the method registry (lopd/core/registry.py).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import math
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PROFILES_NAMES = ("smoke", "cpu", "paper")
-KNOWN_BASELINES = ("vanilla", "grpo", "skill_sd", "opsd", "sdpo", "sdft")  # the paper's table order
-KNOWN_METHODS = (*KNOWN_BASELINES, "lopd")
+CONF_DIR = REPO_ROOT / "conf"
+PROFILES_NAMES = tuple(sorted(p.stem for p in (CONF_DIR / "profile").glob("*.yaml")))
 KNOWN_BENCHMARKS = ("humaneval_plus", "mbpp_plus")
 AGENTIC_BENCHMARKS = ("envscaler", "bfcl_base", "bfcl_miss_func", "bfcl_miss_param", "bfcl_long_context",
                       "acebench_multi_step", "acebench_multi_turn")  # Table 1's columns
@@ -447,8 +450,8 @@ class TrackingConfig:
 
 @dataclass
 class Config:
-    profile: str = "cpu"
-    """Active profile: smoke (tiny random model, minutes), cpu (embedded SmolLM2-135M), paper."""
+    profile: str = "paper"
+    """Which profile params.yaml was composed with (conf/profile/<name>.yaml): smoke, cpu or paper."""
     seed: int = 0
     """Seed for task order, sampling and model init; the same seed gives the same metrics."""
     margin: float = 0.05
@@ -457,123 +460,72 @@ class Config:
     """LOPD latent tokens K per retrieved experience (the teacher sees n_ret * K)."""
     n_ret: int = 3
     """LOPD retrieved experiences J per task (cold start and training)."""
-    baselines: list[str] = field(default_factory=lambda: list(KNOWN_BASELINES))
+    baselines: list[str] = field(default_factory=lambda: _registry().baseline_names())
     """Methods trained by the `train@<name>` matrix; LOPD has its own branch (build_bank, cold_start, train_lopd)."""
-    methods: list[str] = field(default_factory=lambda: list(KNOWN_METHODS))
+    methods: list[str] = field(default_factory=lambda: list(_registry().METHODS))
     """Methods evaluated on every benchmark and reported (the `eval` matrix reads this list)."""
     benchmarks: list[str] = field(default_factory=lambda: list(KNOWN_BENCHMARKS))
     """Benchmarks every method is evaluated on."""
     model: ModelConfig = field(default_factory=ModelConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    vanilla: VanillaConfig = field(default_factory=VanillaConfig)
-    grpo: GRPOConfig = field(default_factory=GRPOConfig)
-    skill_sd: SkillSDConfig = field(default_factory=SkillSDConfig)
-    opsd: OPSDConfig = field(default_factory=OPSDConfig)
-    sdpo: SDPOConfig = field(default_factory=SDPOConfig)
-    sdft: SDFTConfig = field(default_factory=SDFTConfig)
     pool: PoolConfig = field(default_factory=PoolConfig)
     bank: BankConfig = field(default_factory=BankConfig)
     composer: ComposerConfig = field(default_factory=ComposerConfig)
     cold_start: ColdStartConfig = field(default_factory=ColdStartConfig)
-    lopd: LOPDConfig = field(default_factory=LOPDConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     agentic: AgenticConfig = field(default_factory=AgenticConfig)
     data: DataConfig = field(default_factory=DataConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    method_sections: dict[str, Any] = field(default_factory=lambda: {
+        name: spec.config() for name, spec in _registry().METHODS.items()})
+    """Each registered method's own section (`cfg.grpo`, `cfg.lopd`, ...), typed by its registry entry."""
+
+    def __getattr__(self, name: str) -> Any:
+        sections = self.__dict__.get("method_sections", {})
+        if name in sections:
+            return sections[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __post_init__(self) -> None:
+        registry = _registry()
         _check(self.profile in PROFILES_NAMES, f"profile: {self.profile!r} is not one of {', '.join(PROFILES_NAMES)}")
         _check(self.margin >= 0, "margin: must be >= 0")
         _check(self.latent_tokens >= 1, "latent_tokens: must be >= 1")
         _check(self.n_ret >= 1, "n_ret: must be >= 1")
+        known_baselines = registry.baseline_names()
         for m in self.baselines:
-            _check(m in KNOWN_BASELINES, f"baselines: unknown baseline {m!r} (known: {', '.join(KNOWN_BASELINES)})")
+            _check(m in known_baselines, f"baselines: unknown baseline {m!r} (known: {', '.join(known_baselines)})")
         for m in self.methods:
-            _check(m in KNOWN_METHODS, f"methods: unknown method {m!r} (known: {', '.join(KNOWN_METHODS)})")
-            _check(m == "lopd" or m in self.baselines, f"methods: {m!r} is evaluated but not trained (add it to baselines)")
+            _check(m in registry.METHODS, f"methods: unknown method {m!r} (known: {', '.join(registry.METHODS)})")
+            _check(not registry.METHODS[m].baseline or m in self.baselines,
+                   f"methods: {m!r} is evaluated but not trained (add it to baselines)")
         for b in self.benchmarks:
             _check(b in KNOWN_BENCHMARKS, f"benchmarks: unknown benchmark {b!r} (known: {', '.join(KNOWN_BENCHMARKS)})")
-        for name in ("grpo", "sdpo", "skill_sd"):
-            group = getattr(self, name).group_size
+        for name, section in self.method_sections.items():
+            group = getattr(section, "group_size", None)
+            if group is None:
+                continue
             _check(self.train.rollouts_per_step % group == 0,
                    f"train.rollouts_per_step: must be a multiple of {name}.group_size ({group})")
             _check((self.agentic.rollouts_per_step or group) % group == 0,
                    f"agentic.rollouts_per_step: must be a multiple of {name}.group_size ({group})")
+        a = self.agentic
+        _check(a.max_step_tokens < a.max_context_tokens,
+               f"agentic.max_step_tokens: must be < agentic.max_context_tokens ({a.max_context_tokens}), "
+               "or no episode can take a step")
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The config as params.yaml spells it: method sections at the top level."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "method_sections"}
+        d.update(self.method_sections)
+        return {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else copy.deepcopy(v) for k, v in d.items()}
 
 
-# Profile overrides, as dotted keys. The paper profile is the defaults themselves (plus the paper model).
-PROFILES: dict[str, dict[str, Any]] = {
-    "smoke": {
-        "model.name": "tiny-random",
-        "sampling.max_new_tokens": 24,
-        "sampling.batch_size": 8,
-        "train.steps": 2,
-        "train.rollouts_per_step": 8,
-        "train.save_every": 1,
-        "bank.samples_per_task": 1,
-        "bank.success_threshold": 0.0,  # the random model never passes a test: every rollout enters its bank
-        "composer.max_item_tokens": 64,
-        "composer.qformer_layers": 2,
-        "cold_start.steps": 2,
-        "cold_start.batch_size": 2,
-        "latent_tokens": 4,
-        "n_ret": 2,
-        "sdpo.success_threshold": 0.0,  # likewise: every sibling counts as a success, so SDPO distills
-        "skill_sd.summary_tokens": 8,
-        "eval.n_samples": 1,
-        "eval.task_limit": 4,
-        "eval.max_new_tokens": 24,
-        "eval.batch_size": 8,
-        "agentic.max_steps": 3,
-        "agentic.acebench_max_steps": 3,
-        "agentic.max_step_tokens": 16,
-        "agentic.max_context_tokens": 8192,
-        "agentic.task_limit": 2,
-        "agentic.bank_success_threshold": 0.0,  # the random model solves nothing: every rollout enters its bank
-        "agentic.bank_task_limit": 4,
-        "agentic.user_max_tokens": 8,
-    },
-    "cpu": {
-        "sampling.max_new_tokens": 256,
-        "train.steps": 24,
-        "train.rollouts_per_step": 32,
-        "train.save_every": 4,
-        "bank.samples_per_task": 4,
-        "composer.max_item_tokens": 256,
-        "cold_start.steps": 12,
-        "lopd.steps": 8,  # 256 rollouts, 1/3 of GRPO's 768: an LOPD update costs ~3x a GRPO one on CPU
-        # The four distillation baselines get LOPD's budget, not GRPO's: 2 cores cannot train all seven at 768.
-        "skill_sd.steps": 8,
-        "opsd.steps": 8,
-        "sdpo.steps": 8,
-        "sdft.steps": 8,
-        "skill_sd.summary_tokens": 64,
-        "eval.n_samples": 1,
-        "eval.task_limit": 164,
-        "eval.max_new_tokens": 384,
-        # Agentic prompts are long (tool lists: ~1,600 tokens, BFCL up to ~5,000) and every step re-reads the
-        # episode, so two cores afford only a taste: 3 steps per episode, the first task of each benchmark.
-        "agentic.steps": 2,
-        "agentic.rollouts_per_step": 8,
-        "agentic.max_steps": 3,
-        "agentic.acebench_max_steps": 3,
-        "agentic.max_step_tokens": 64,
-        "agentic.max_context_tokens": 8192,  # SmolLM2's context window
-        "agentic.task_limit": 1,
-        "agentic.bank_samples_per_task": 1,
-        "agentic.bank_task_limit": 16,
-        "agentic.user_max_tokens": 48,
-    },
-    "paper": {
-        "model.name": "Qwen/Qwen3-4B",
-        "model.dtype": "bfloat16",
-        "bank.embedder": "Qwen/Qwen3-Embedding-8B",
-    },
-}
+def _registry():
+    from lopd.core import registry  # the registry types its sections with the dataclasses above
+
+    return registry
 
 
 def _convert(value: Any, hint: Any, key: str) -> Any:
@@ -596,6 +548,7 @@ def _convert(value: Any, hint: Any, key: str) -> Any:
     if hint is float:
         _check(isinstance(value, (int, float)) and not isinstance(value, bool),
                f"{key}: expected a number, got {value!r}")
+        _check(math.isfinite(value), f"{key}: must be a finite number, got {value!r}")
         return float(value)
     if hint in (int, str, bool):
         ok = isinstance(value, hint) and not (hint is int and isinstance(value, bool))
@@ -608,62 +561,101 @@ def _build(cls: type, raw: dict[str, Any], prefix: str = "") -> Any:
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     for k in raw:
-        _check(k in names, f"params.yaml: unknown key '{prefix}{k}'")
-    kwargs = {k: _convert(v, hints[k], prefix + k) for k, v in raw.items()}
-    return cls(**kwargs)
+        _check(k in names, f"unknown key '{prefix}{k}'")
+    for k in names - set(raw):
+        _check(False, f"missing key '{prefix}{k}' (params.yaml must hold every value a stage runs with)")
+    return cls(**{k: _convert(v, hints[k], prefix + k) for k, v in raw.items()})
 
 
-def _get(obj: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        obj = getattr(obj, part)
-    return obj
+def build_config(raw: Any) -> Config:
+    """A Config from a complete params mapping (every key present, as DVC composes it): validated, nothing added."""
+    _check(isinstance(raw, dict), f"expected a mapping at the top level, got {type(raw).__name__}")
+    methods = _registry().METHODS
+    hints = typing.get_type_hints(Config)
+    names = {f.name for f in dataclasses.fields(Config)} - {"method_sections"} | set(methods)
+    for k in raw:
+        _check(k in names, f"unknown key '{k}'")
+    for k in names - set(raw):
+        _check(False, f"missing key '{k}' (params.yaml must hold every value a stage runs with)")
+    sections = {k: _convert(v, methods[k].config, k) for k, v in raw.items() if k in methods}
+    return Config(**{k: _convert(v, hints[k], k) for k, v in raw.items() if k not in methods},
+                  method_sections=sections)
 
 
-def _set(obj: Any, dotted: str, value: Any) -> None:
-    *parents, last = dotted.split(".")
-    for part in parents:
-        obj = getattr(obj, part)
-    setattr(obj, last, value)
+def compose(profile: str = "cpu", overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The params mapping `dvc exp run -S profile=<profile> -S <override>...` writes to params.yaml: Hydra composes
+    conf/config.yaml, the profile, then the overrides (Hydra override syntax, e.g. `train.lr=3e-6`)."""
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize_config_dir(str(CONF_DIR), version_base=None):
+            cfg = hydra_compose(config_name="config", overrides=[f"profile={profile}", *overrides])
+        return OmegaConf.to_container(cfg, resolve=True)
+    except (HydraException, OmegaConfBaseException) as err:
+        raise ConfigError(f"conf/: {str(err).splitlines()[0]}") from None
 
 
 def resolve(raw: dict[str, Any]) -> Config:
-    """Build the effective config from a params.yaml mapping: validate, then apply the profile."""
-    _check(isinstance(raw, dict), "params.yaml: expected a mapping at the top level")
-    user = _build(Config, raw)
-    defaults = Config()
-    for key, value in PROFILES[user.profile].items():
-        if _get(user, key) == _get(defaults, key):
-            _set(user, key, value)
-    # Re-run the validators on the merged result (profiles can change cross-field constraints).
-    return resolve_merged(user.to_dict())
+    """A Config from a partial mapping, as `dvc exp run -S profile=<raw[profile]> -S key=value...` would compose it:
+    the profile's composition with every value in `raw` set on top (explicit values always win)."""
+    base = compose(raw.get("profile", "cpu"))
+    return build_config(_merged(base, raw))
 
 
-def resolve_merged(raw: dict[str, Any]) -> Config:
-    """Validate an already-merged config mapping (e.g. `to_dict()` of a Config with some values replaced)
-    without applying its profile again."""
-    return _check_budgets(_build(Config, raw))
+def _merged(base: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in raw.items():
+        out[k] = _merged(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+    return out
 
 
-def _check_budgets(cfg: Config) -> Config:
-    """Constraints between keys that profiles set, checked on merged configs only: a user's value must not be
-    judged against a paper default that the profile replaces (`-S agentic.max_context_tokens=4096` on cpu)."""
-    a = cfg.agentic
-    _check(a.max_step_tokens < a.max_context_tokens,
-           f"agentic.max_step_tokens: must be < agentic.max_context_tokens ({a.max_context_tokens}), "
-           "or no episode can take a step")
-    return cfg
+class _Yaml12Loader(yaml.SafeLoader):
+    """PyYAML follows YAML 1.1, where `1e-5` and `3e-06` (no dot) are strings; YAML 1.2 and DVC write them as numbers."""
+
+
+_Yaml12Loader.yaml_implicit_resolvers = {k: [r for r in v if r[0] != "tag:yaml.org,2002:float"]
+                                         for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                    |[-+]?\.(?:inf|Inf|INF)
+                    |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse a YAML file (YAML 1.2 numbers); errors name the file and line in one line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {err.start})") from None
+    try:
+        return yaml.load(text, Loader=_Yaml12Loader)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f":{mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}{where}: not valid YAML ({err.problem or err.context})") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
 
 
 def load_config(path: str | Path | None = None) -> Config:
-    """Read params.yaml (default: the repo's) into a validated Config."""
+    """Read params.yaml (default: the repo's) into a validated Config; errors name the file and key."""
     path = Path(path) if path else REPO_ROOT / "params.yaml"
-    if not path.exists():
+    if not path.is_file():
         raise ConfigError(f"{path}: params file not found")
+    raw = read_yaml(path)
+    if raw is None:
+        raise ConfigError(f"{path}: empty (compose it with `dvc exp run`, see conf/)")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
-    return resolve(raw)
+        return build_config(raw)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
 
 
 def mlflow_uri(cfg: Config) -> str:

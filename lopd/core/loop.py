@@ -10,10 +10,7 @@ uninterrupted one: the resumable state is the weights, the optimizer state and t
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
-import shutil
 import time
 from pathlib import Path
 from typing import Sequence
@@ -21,17 +18,13 @@ from typing import Sequence
 import torch
 from accelerate import Accelerator
 
-from lopd.core.config import KNOWN_METHODS, Config
+from lopd.core import checkpoint
+from lopd.core.config import Config
 from lopd.core.methods import Method, MethodContext, PolicyOutputs
 from lopd.core.models import load_model, load_tokenizer
-from lopd.core.multiturn import BEHAVIOUR_KEYS
 from lopd.core.rollout import Rollouts, Task, make_backend, sampling_params, step_seed
 from lopd.core.tracking import Tracker
-from lopd.core.trajectory import Trajectory, collate
-
-
-MANIFEST = "manifest.json"
-TRAINER_STATE = "trainer_state.pt"
+from lopd.core.trajectory import BEHAVIOUR_KEYS, Trajectory, collate
 
 
 class MethodInputError(RuntimeError):
@@ -103,63 +96,26 @@ def update(model, optimizer, accelerator: Accelerator, method: Method, trajector
     return totals
 
 
-def config_fingerprint(cfg: Config) -> str:
-    """Identifies a training run for resuming; the step budget may grow, and activation checkpointing (same
-    gradients) may change, without invalidating it."""
-    d = cfg.to_dict()
-    d["train"] = {k: v for k, v in d["train"].items() if k not in ("steps", "save_every", "activation_checkpointing")}
-    for method in KNOWN_METHODS:
-        d[method].pop("steps", None)
-    d.pop("tracking")
-    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def save_checkpoint(out_dir: Path, model, tokenizer, optimizer, step: int, history: list[dict], cfg: Config,
-                    method: Method) -> None:
-    """`out_dir/model` is a plain save_pretrained folder; trainer_state.pt holds what resuming needs."""
-    tmp = out_dir / "model.tmp"
-    _unwrap(model).save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    shutil.rmtree(out_dir / "model", ignore_errors=True)
-    tmp.rename(out_dir / "model")
-    torch.save({"step": step, "optimizer": optimizer.state_dict(), "history": history,
-                "fingerprint": config_fingerprint(cfg), "method": method.state_dict()}, out_dir / TRAINER_STATE)
-    write_manifest(out_dir, method.name, step, weights="model")
-
-
-def write_manifest(out_dir: Path, method: str, steps: int, weights: str) -> None:
-    (out_dir / MANIFEST).write_text(json.dumps({"method": method, "steps": steps, "weights": weights}, indent=2))
-
-
-def policy_dir(checkpoint_dir: str | Path, base_dir: str | Path) -> Path:
-    """The model folder a checkpoint stands for: its own weights, or the base model (vanilla)."""
-    checkpoint_dir = Path(checkpoint_dir)
-    manifest_path = checkpoint_dir / MANIFEST
-    if not manifest_path.exists():
-        raise FileNotFoundError(f"{checkpoint_dir}: no checkpoint here (run its train stage first)")
-    manifest = json.loads(manifest_path.read_text())
-    return Path(base_dir) if manifest["weights"] == "base" else checkpoint_dir / manifest["weights"]
-
-
 def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts, base_dir: str | Path,
           out_dir: str | Path, tracker: Tracker | None = None) -> dict:
     """Run (or resume) the on-policy loop; returns {"summary": ..., "history": [...]} for the metrics file."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if not method.trains:
-        write_manifest(out_dir, method.name, 0, weights="base")
+        checkpoint.write_manifest(out_dir, method.name, 0, weights="base")
         return {"summary": {"method": method.name, "steps": 0}, "history": []}
 
     accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=cfg.train.mixed_precision)
     tokenizer = load_tokenizer(base_dir)
     start_step, history = 0, []
-    state_path = out_dir / TRAINER_STATE
-    state = torch.load(state_path, weights_only=False) if state_path.exists() else None
     steps = method.steps(cfg)
-    if state is not None and (state["fingerprint"] != config_fingerprint(cfg) or state["step"] > steps):
-        print(f"{out_dir}: existing checkpoint is from a different configuration or a longer run; starting fresh")
-        state = None
-    model = load_model(out_dir / "model" if state else base_dir, cfg.model.dtype)
+    fingerprint = checkpoint.fingerprint(cfg, method, base_dir)
+    resumed = checkpoint.load(out_dir)
+    if resumed and (reason := checkpoint.stale_reason(resumed, fingerprint, steps)):
+        print(f"{out_dir}: {reason}; starting fresh")
+        resumed = None
+    start_dir = resumed.model_dir if resumed else base_dir
+    model = load_model(start_dir, cfg.model.dtype)
     if cfg.train.activation_checkpointing:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     model.train()
@@ -169,13 +125,13 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
         raise MethodInputError(f"{method.name}: {err}") from err
     optimizer = torch.optim.AdamW([{"params": list(model.parameters())}, *method.param_groups()], lr=cfg.train.lr,
                                   weight_decay=cfg.train.weight_decay)
-    if state:
-        optimizer.load_state_dict(state["optimizer"])
-        method.load_state_dict(state.get("method", {}))  # checkpoints from before methods had state: none
-        start_step, history = state["step"], state["history"]
+    if resumed:
+        optimizer.load_state_dict(resumed.state["optimizer"])
+        method.load_state_dict(resumed.state["method"])
+        start_step, history = resumed.step, resumed.state["history"]
         print(f"resuming {method.name} from step {start_step}")
     model, optimizer = accelerator.prepare(model, optimizer)
-    backend = make_backend(out_dir / "model" if state else base_dir, tokenizer, cfg, cfg.sampling.batch_size)
+    backend = make_backend(start_dir, tokenizer, cfg, cfg.sampling.batch_size)
 
     tasks_per_step = cfg.train.rollouts_per_step // method.rollouts_per_task
     params = sampling_params(cfg, cfg.sampling.max_new_tokens)
@@ -198,23 +154,28 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
             "reward_mean": sum(rewards) / len(rewards),
             "success_rate": sum(r >= 1.0 for r in rewards) / len(rewards),
             "response_tokens_mean": sum(lengths) / len(lengths),
-            "stop_rate": sum(t.metadata["stopped"] for t in trajectories) / len(trajectories),
+            "stop_rate": sum(t.stopped for t in trajectories) / len(trajectories),
             "cumulative_rollouts": (step + 1) * cfg.train.rollouts_per_step,
             "time_sampling_s": sampling_s, "time_reward_s": t1 - t0 - sampling_s, "time_update_s": t2 - t1,
             "rollout_tokens_per_s": sum(lengths) / max(sampling_s, 1e-9),
         })
-        for key in BEHAVIOUR_KEYS:  # multi-turn rollouts: logged as step means
-            if key in trajectories[0].metadata:
-                metrics[key] = sum(t.metadata[key] for t in trajectories) / len(trajectories)
+        if trajectories[0].behaviour is not None:  # multi-turn rollouts: logged as step means
+            for key in BEHAVIOUR_KEYS:
+                metrics[key] = sum(getattr(t.behaviour, key) for t in trajectories) / len(trajectories)
         history.append({"step": step + 1, **metrics})
         if tracker:
             tracker.log_metrics(metrics, step=step + 1)
         print(f"[{method.name}] step {step + 1}/{steps} reward {metrics['reward_mean']:.3f} "
               f"loss {metrics['loss']:.4f} ({t2 - t0:.1f}s)", flush=True)
         if accelerator.is_main_process and ((step + 1) % cfg.train.save_every == 0 or step + 1 == steps):
-            save_checkpoint(out_dir, model, tokenizer, optimizer, step + 1, history, cfg, method)
-    if accelerator.is_main_process and steps == start_step == 0:
-        save_checkpoint(out_dir, model, tokenizer, optimizer, 0, history, cfg, method)
+            checkpoint.save(out_dir, _unwrap(model), tokenizer, optimizer, step + 1, history, fingerprint, method)
+    if accelerator.is_main_process:
+        if start_step == steps:  # nothing trained in this call: (re)commit what the run stands for
+            if resumed:  # it may have been a fallback from a broken manifest
+                checkpoint.write_manifest(out_dir, method.name, steps, weights=resumed.weights)
+            else:
+                checkpoint.save(out_dir, _unwrap(model), tokenizer, optimizer, 0, history, fingerprint, method)
+        checkpoint.prune(out_dir, keep=1)  # the run is done: the fallback folder is no longer needed
     summary = {"method": method.name, "steps": steps,
                "final_reward_mean": history[-1]["reward_mean"] if history else None,
                "mean_reward_mean": sum(h["reward_mean"] for h in history) / len(history) if history else None}

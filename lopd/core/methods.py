@@ -17,6 +17,7 @@ from accelerate import Accelerator
 from transformers import PreTrainedTokenizerBase
 
 from lopd.core.config import Config
+from lopd.core.domain import Domain
 from lopd.core.losses import token_logprobs
 from lopd.core.rollout import Task
 from lopd.core.trajectory import TokenBatch, Trajectory
@@ -78,6 +79,11 @@ class Method(ABC):
     teacher: TeacherKind = "none"
     trains: bool = True
 
+    @classmethod
+    def from_config(cls, cfg: Config, domain: Domain) -> "Method":
+        """Build the method for a training domain (the registry calls this)."""
+        return cls(cfg)
+
     @property
     @abstractmethod
     def rollouts_per_task(self) -> int: ...
@@ -89,6 +95,11 @@ class Method(ABC):
 
     def setup(self, ctx: MethodContext) -> None:
         """Load what the method needs beyond the student (teacher, composer, bank); called once by the loop."""
+
+    def inputs(self) -> list[Path]:
+        """Files and folders `setup` reads besides the base model (upstream stage outputs: bank, pool, composer).
+        The resume fingerprint hashes them, so a rebuilt input re-trains instead of resuming."""
+        return []
 
     def param_groups(self) -> list[dict[str, Any]]:
         """Extra AdamW parameter groups trained with the student (e.g. LOPD's composer)."""
@@ -117,15 +128,3 @@ class Method(ABC):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore `state_dict()` when resuming."""
-
-
-class Vanilla(Method):
-    """The unadapted base model: the loop runs zero updates and evaluation uses the base weights."""
-
-    name = "vanilla"
-    trains = False
-    rollouts_per_task = 1
-
-    def loss(self, student: PolicyOutputs, batch: TokenBatch,
-             trajectories: list[Trajectory]) -> tuple[torch.Tensor, dict[str, float]]:
-        raise RuntimeError("vanilla does not train")

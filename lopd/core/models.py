@@ -13,9 +13,12 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaConfig, PreTrainedTokenizerBase
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -39,8 +42,45 @@ def _dtype(name: str) -> torch.dtype:
 
 
 def prepare_base_model(name: str, out_dir: str | Path, *, seed: int, dtype: str = "float32") -> Path:
-    """Write the model named `name` to `out_dir` as a save_pretrained folder and return the path."""
+    """Write the model named `name` to `out_dir` as a save_pretrained folder and return the path.
+
+    The model is built in a folder next to `out_dir` and must load before it replaces `out_dir`, so a failure
+    (unknown name, no network, a broken build) raises and leaves an existing `out_dir` as it was.
+    """
     out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    for stale in [*out_dir.parent.glob(f".{out_dir.name}.new-*"), *out_dir.parent.glob(f".{out_dir.name}.old-*")]:
+        shutil.rmtree(stale)  # left by a run killed mid-build or mid-swap
+    new = out_dir.parent / f".{out_dir.name}.new-{os.urandom(4).hex()}"
+    try:
+        _write_model(name, new, seed, dtype)
+        _check_loads(new)
+    except BaseException:
+        shutil.rmtree(new, ignore_errors=True)
+        raise
+    if out_dir.exists():  # swap: the old folder is deleted only once the new one is in place
+        old = out_dir.parent / f".{out_dir.name}.old-{os.urandom(4).hex()}"
+        out_dir.rename(old)
+        new.rename(out_dir)
+        shutil.rmtree(old)
+    else:
+        new.rename(out_dir)
+    return out_dir
+
+
+def _check_loads(path: Path) -> None:
+    """Raise unless `path` holds a usable model: its tokenizer and config load and its weight files open."""
+    load_tokenizer(path)
+    AutoConfig.from_pretrained(path)
+    weights = sorted(path.glob("*.safetensors"))
+    if not weights:
+        raise ValueError(f"{path}: no .safetensors weights were written")
+    for file in weights:
+        safe_open(file, framework="pt").keys()  # validates the header against the file's size
+
+
+def _write_model(name: str, out_dir: Path, seed: int, dtype: str) -> None:
+    """Build the model named `name` and save it (weights + tokenizer) to `out_dir`."""
     if name == "smollm2-135m":
         tokenizer = _smollm2_tokenizer()
         gguf_model = AutoModelForCausalLM.from_pretrained(_smollm2_dir(), gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
@@ -66,18 +106,26 @@ def prepare_base_model(name: str, out_dir: str | Path, *, seed: int, dtype: str 
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
-    return out_dir
 
 
 def load_model(path: str | Path, dtype: str = "float32", attn_implementation: str | None = None) -> torch.nn.Module:
     """Load a causal LM from a save_pretrained folder (base model or trained checkpoint)."""
     path = Path(path)
-    if not (path / "config.json").exists():
-        raise FileNotFoundError(f"{path}: no model here (run `dvc repro prepare_model` first)")
+    check_model_dir(path)
     return AutoModelForCausalLM.from_pretrained(path, dtype=_dtype(dtype), attn_implementation=attn_implementation)
 
 
+def check_model_dir(path: str | Path) -> None:
+    """FileNotFoundError (one line, naming the folder) unless a local model folder holds a saved model. A string
+    that is no existing path and not written as one (`org/name`) is a Hugging Face id and passes."""
+    local = isinstance(path, Path) or Path(path).exists() or str(path).startswith(("/", ".", "~"))
+    if local and not (Path(path) / "config.json").is_file():
+        what = "has no config.json" if Path(path).is_dir() else "not found"
+        raise FileNotFoundError(f"{path}: model {what} (for the base model run: dvc repro prepare_model)")
+
+
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
+    check_model_dir(path)
     tokenizer = AutoTokenizer.from_pretrained(Path(path))
     tokenizer.padding_side = "left"
     return tokenizer

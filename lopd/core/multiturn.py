@@ -22,7 +22,7 @@ from transformers import PreTrainedTokenizerBase
 
 from lopd.core.rollout import Rollouts, Task, encode_prompt
 from lopd.core.sampling import RolloutBackend, SamplingParams
-from lopd.core.trajectory import Trajectory, Turn
+from lopd.core.trajectory import EpisodeBehaviour, Trajectory, Turn
 
 AGENT_SYSTEM_PROMPT = (
     "You are a helpful assistant. When given a specific task, your goal is to complete it in an interactive "
@@ -242,19 +242,15 @@ def _observe(ep: _Episode, text: str) -> list[dict[str, str]] | None:
         return None
 
 
-BEHAVIOUR_KEYS = ("steps", "tool_calls_per_step", "first_step_tokens", "reward_per_tool_call", "repeated_calls",
-                  "invalid_calls")
-"""Per-episode metrics of multi-turn rollouts (the paper's behaviour table), in every trajectory's `metadata`."""
-
-
 def run_episodes(backend: RolloutBackend, tokenizer: PreTrainedTokenizerBase,
                  episodes: Sequence[tuple[str, int, ToolEnvironment]], params: SamplingParams, seed: int,
                  max_steps: int, max_context_tokens: int) -> list[Trajectory]:
     """Play (task_id, group, environment) episodes to the end, all active ones sampled in one batch per step.
 
     An episode ends when the environment says so (e.g. 'Task Completed'), after `max_steps` policy steps,
-    or when its context would exceed `max_context_tokens`. Returns scored trajectories with the behaviour
-    metrics in `metadata`. Every environment is closed exactly once, also when this raises.
+    or when its context would exceed `max_context_tokens`. Returns scored trajectories, each with its response
+    (the observation-lite trace) and its `EpisodeBehaviour`. Every environment is closed exactly once, also when
+    this raises.
     """
     with contextlib.ExitStack() as owned:
         for _, _, env in episodes:
@@ -299,18 +295,16 @@ def _finish(ep: _Episode) -> Trajectory:
         print(f"warning: scoring {ep.task_id} failed: {type(err).__name__}: {err}", flush=True)
     steps = len(ep.turns)
     reward = float(scores["reward"])
-    metadata = {"stopped": ep.stopped, "ended": ep.done or "step_cap", "steps": steps,
-                "tool_calls": ep.tool_calls, "invalid_calls": ep.invalid_calls, "repeated_calls": ep.repeated_calls,
-                "tool_calls_per_step": ep.tool_calls / max(steps, 1),
-                "first_step_tokens": len(ep.turns[0].action_ids) if ep.turns else 0,
-                "reward_per_tool_call": reward / max(ep.tool_calls, 1),
-                "scores": {k: float(v) for k, v in scores.items() if isinstance(v, (int, float))},
-                "response": observation_lite(ep.actions)}
-    notes = {k: str(v) for k, v in scores.items() if not isinstance(v, (int, float))}
-    if notes:  # e.g. why a simulated user failed
-        metadata["score_notes"] = notes
-    if ep.env_error:
-        metadata["env_error"] = ep.env_error
+    behaviour = EpisodeBehaviour(
+        ended=ep.done or "step_cap", steps=steps, tool_calls=ep.tool_calls, invalid_calls=ep.invalid_calls,
+        repeated_calls=ep.repeated_calls, tool_calls_per_step=ep.tool_calls / max(steps, 1),
+        first_step_tokens=len(ep.turns[0].action_ids) if ep.turns else 0,
+        reward_per_tool_call=reward / max(ep.tool_calls, 1),
+        scores={k: float(v) for k, v in scores.items() if isinstance(v, (int, float))},
+        # e.g. why a simulated user failed
+        score_notes={k: str(v) for k, v in scores.items() if not isinstance(v, (int, float))},
+        env_error=ep.env_error)
     # An episode whose prompt left no room for a step is its prompt alone: every trajectory has a first turn.
     turns = ep.turns or [Turn(ep.pending, [], [])]
-    return Trajectory(ep.task_id, turns, reward=reward, group=ep.group, metadata=metadata)
+    return Trajectory(ep.task_id, turns, reward=reward, group=ep.group, response=observation_lite(ep.actions),
+                      stopped=ep.stopped, behaviour=behaviour)

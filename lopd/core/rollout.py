@@ -33,7 +33,7 @@ ScoreFn = Callable[[list[Task], list[str]], list[float]]
 
 class Rollouts(Protocol):
     """How a domain samples and scores: tasks in, `rollouts_per_task` scored trajectories per task out (grouped
-    by task, `group` = the task's index), each with its response text in `metadata["response"]`."""
+    by task, `group` = the task's index), each with its response text in `response`."""
 
     def __call__(self, backend: RolloutBackend, tokenizer: PreTrainedTokenizerBase, tasks: list[Task],
                  params: SamplingParams, seed: int, rollouts_per_task: int) -> list[Trajectory]: ...
@@ -122,7 +122,7 @@ def single_turn(score: ScoreFn) -> Rollouts:
         texts = [tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in completions]
         rewards = score([task for _, task, _ in flat], texts)
         return [Trajectory(task_id=task.task_id, group=g, turns=[Turn(list(p), c.token_ids, c.logprobs)],
-                           reward=r, metadata={"stopped": c.stopped, "response": text})
+                           reward=r, response=text, stopped=c.stopped)
                 for (g, task, p), c, text, r in zip(flat, completions, texts, rewards)]
 
     return collect

@@ -29,6 +29,41 @@ class Turn:
 
 
 @dataclass
+class EpisodeBehaviour:
+    """How one multi-turn episode went: why it ended, the behaviour metrics of the paper's behaviour table
+    (`BEHAVIOUR_KEYS`) and what the environment's scorer said. Written by `lopd.core.multiturn`, read by the
+    training loop (step means) and the agentic evaluation (benchmark means, per-episode records)."""
+
+    ended: str
+    """Why the episode ended: completed | env_end | context | env_error | step_cap."""
+    steps: int
+    """Policy steps taken (one turn each)."""
+    tool_calls: int
+    """Tool calls parsed from the policy's steps (only the first of a step is executed)."""
+    invalid_calls: int
+    """Tool calls that failed to parse."""
+    repeated_calls: int
+    """Executed calls identical (name and arguments) to an earlier one of the episode."""
+    tool_calls_per_step: float
+    """`tool_calls / max(steps, 1)`."""
+    first_step_tokens: int
+    """Tokens the policy sampled in its first step (0 when no step fit the context)."""
+    reward_per_tool_call: float
+    """`reward / max(tool_calls, 1)`."""
+    scores: dict[str, float] = field(default_factory=dict)
+    """The environment's numeric scores (`reward` and any extra, e.g. ACEBench's end_to_end / process)."""
+    score_notes: dict[str, str] = field(default_factory=dict)
+    """The scorer's non-numeric outputs, as text (e.g. why a simulated user failed); empty when none."""
+    env_error: str = ""
+    """The environment's error when it raised mid-episode (`ended == "env_error"`); empty otherwise."""
+
+
+BEHAVIOUR_KEYS = ("steps", "tool_calls_per_step", "first_step_tokens", "reward_per_tool_call", "repeated_calls",
+                  "invalid_calls")
+"""The `EpisodeBehaviour` fields of the paper's behaviour table: per-episode numbers averaged into its metrics."""
+
+
+@dataclass
 class Trajectory:
     task_id: str
     turns: list[Turn]
@@ -38,7 +73,17 @@ class Trajectory:
     """Index of the rollout group (the rollouts of one task in one step share it)."""
     advantage: float = 0.0
     """Set by the method over the whole step (e.g. GRPO's group-normalised reward)."""
+    response: str = ""
+    """The response as text, set by the rollout: the decoded completion (single turn), or the observation-lite
+    trace of the executed tool calls and their observations (multi-turn). What banks, sibling demonstrations
+    and skill summaries read."""
+    stopped: bool = False
+    """Whether the (last) sampled action ended on a stop token rather than at the token cap."""
+    behaviour: EpisodeBehaviour | None = None
+    """How the episode went, for multi-turn rollouts; None for single-turn ones."""
     metadata: dict[str, Any] = field(default_factory=dict)
+    """A method's own per-step scratch (e.g. a baseline's teacher messages); data that crosses modules has a
+    typed field above."""
 
     def __post_init__(self) -> None:
         if not self.turns:  # the first turn's context is the prompt, which teacher views replace

@@ -12,9 +12,10 @@ import json
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, get_type_hints
 
 from lopd.core.config import Config
+from lopd.core.jsonl import check_fields, read_jsonl_objects
 from lopd.core.models import load_tokenizer
 from lopd.core.rollout import Rollouts, Task, make_backend, sampling_params, step_seed
 
@@ -36,6 +37,16 @@ class BankEntry:
 def task_text(messages: list[dict[str, str]]) -> str:
     """A task's description: its first user message."""
     return next(m["content"] for m in messages if m["role"] == "user")
+
+
+def trace_function(domain: str) -> Callable[[str], str]:
+    """How a domain's successful response becomes its bank trace: the solution code (code), or the response as it is
+    (agentic responses already are observation-lite traces)."""
+    if domain == "code":
+        from evaluation.coding.taco import extract_code
+
+        return extract_code
+    return lambda response: response
 
 
 def successful_entries(candidates: Iterable[tuple[str, str, str, float]], threshold: float,
@@ -93,18 +104,22 @@ def write_records(path: str | Path, records: list, header: dict) -> None:
 
 def read_records(path: str | Path, record_type: type, version_key: str, version: int, what: str,
                  stage: str) -> tuple[list, dict]:
-    """Records and the header of a `write_records` file; a missing or malformed file is a one-line error."""
+    """Records and the header of a `write_records` file. A missing file is a FileNotFoundError naming the stage
+    to run; a malformed one (not UTF-8, a line that is not a JSON object, another version, a missing, unknown or
+    mistyped field) a one-line ValueError naming the file, the line and the field."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: {what} not found (run the {stage} stage)")
-    lines = path.read_text().splitlines()
-    try:
-        meta = json.loads(lines[0])
-        if meta.get(version_key) != version:
-            raise ValueError(f"version {meta.get(version_key)!r}, expected {version}")
-        records = [record_type(**json.loads(line)) for line in lines[1:] if line.strip()]
-    except (IndexError, ValueError, TypeError) as err:
-        raise ValueError(f"{path}: not a valid {what} ({err})") from None
+    rows = read_jsonl_objects(path)
+    if not rows:
+        raise ValueError(f"{path}: not a valid {what} (empty, no header line)")
+    number, meta = rows[0]
+    if meta.get(version_key) != version:
+        raise ValueError(f"{path}: line {number}: not a valid {what} header "
+                         f"({version_key} {meta.get(version_key)!r}, expected {version})")
+    types = get_type_hints(record_type)
+    records = [record_type(**check_fields(value, types, f"{path}: line {number}: not a valid {what} entry"))
+               for number, value in rows[1:]]
     return records, meta
 
 
@@ -130,7 +145,7 @@ def sample_rollouts(cfg: Config, tasks: list[Task], collect: Rollouts, base_dir:
         trajectories = collect(backend, tokenizer, chunk, params, step_seed(cfg.seed, b, rank=BANK_SEED_RANK),
                                cfg.bank.samples_per_task)
         by_id = {t.task_id: t for t in chunk}
-        out += [(t.task_id, task_text(by_id[t.task_id].messages), t.metadata["response"], t.reward)
+        out += [(t.task_id, task_text(by_id[t.task_id].messages), t.response, t.reward)
                 for t in trajectories]
         print(f"[build_bank] {start + len(chunk)}/{len(tasks)} tasks, "
               f"{sum(r >= cfg.bank.success_threshold for *_, r in out)} successes", flush=True)

@@ -63,8 +63,8 @@ def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: S
     """Train the composer from its seeded init on the bank, save phi_0 and the c_phi0 cache; returns metrics."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    bank, retriever = load_bank(bank_dir, cfg.bank.self_retrieval)  # the inputs first, then the models
     composer, tokenizer = build_composer(cfg, base_dir)
-    bank, retriever = load_bank(bank_dir, cfg.bank.self_retrieval)
     by_id = {t.task_id: t for t in tasks}
     missing = sorted({e.task_id for e in bank} - set(by_id))
     if missing:

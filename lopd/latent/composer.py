@@ -36,9 +36,9 @@ LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 
 # Domain framing around the latent span (paper Appendix C).
 FRAMINGS: dict[str, tuple[str, str]] = {
-    "coding": ("The following is a reference from a similar programming problem. Study the approach and "
-               "algorithm, then solve YOUR problem below.",
-               "--- end of reference ---"),
+    "code": ("The following is a reference from a similar programming problem. Study the approach and "
+             "algorithm, then solve YOUR problem below.",
+             "--- end of reference ---"),
     "agentic": ("The following is a REFERENCE EXAMPLE of how a DIFFERENT, already-solved task was handled, shown "
                 "only to illustrate the general approach. It was performed in a SEPARATE session -- in YOUR task "
                 "below, NOTHING has been done yet and the environment is in its initial state. You must perform "

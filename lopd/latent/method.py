@@ -17,12 +17,12 @@ from typing import Any, Callable
 
 import torch
 
-from lopd.latent.bank import BankEntry, task_text
+from lopd.latent.bank import BankEntry, task_text, trace_function
 from lopd.latent.cold_start import ANCHORS_FILE, COMPOSER_FILE
-from lopd.latent.composer import Composer, compose, teacher_batch
+from lopd.latent.composer import FRAMINGS, Composer, compose, teacher_batch
 from lopd.core.config import Config
 from lopd.core.losses import anchor_penalty, chunked_distillation, dual_update, lopd_loss, topk_tail_reverse_kl
-from lopd.core.methods import Method, MethodContext, PolicyOutputs
+from lopd.core.methods import Domain, Method, MethodContext, PolicyOutputs
 from lopd.core.models import load_model
 from lopd.latent.retrieval import TextEmbedder, document_text, load_bank
 from lopd.core.trajectory import TokenBatch, Trajectory
@@ -39,6 +39,10 @@ class LOPD(Method):
         self.framing, self.trace_of = framing, trace_of
         self.beta = cfg.lopd.beta_init
         self.grown: list[BankEntry] = []
+
+    @classmethod
+    def from_config(cls, cfg: Config, domain: Domain) -> "LOPD":
+        return cls(cfg, domain.bank, domain.composer, FRAMINGS[domain.name], trace_of=trace_function(domain.name))
 
     def setup(self, ctx: MethodContext) -> None:
         cfg = self.cfg
@@ -58,6 +62,9 @@ class LOPD(Method):
         self.messages = {t.task_id: t.messages for t in ctx.tasks}
         self.tools = {t.task_id: t.tools for t in ctx.tasks}
         self.embedder = TextEmbedder(cfg.bank.embedder) if cfg.bank.grow_during_training else None
+
+    def inputs(self) -> list[Path]:
+        return [self.bank_dir, self.composer_dir]
 
     def param_groups(self) -> list[dict[str, Any]]:
         params = [p for p in self.composer.parameters() if p.requires_grad]
@@ -120,7 +127,7 @@ class LOPD(Method):
     def _grow(self, successes: list[Trajectory]) -> None:
         new = []
         for traj in successes:
-            response = traj.metadata["response"]
+            response = traj.response
             new.append(BankEntry(traj.task_id, task_text(self.messages[traj.task_id]), self.trace_of(response),
                                  response, traj.reward))
         if new:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evaluation.agentic.jsonl import read_jsonl
+from lopd.core.jsonl import read_jsonl
 from lopd.core.multiturn import ToolCall
 
 KINDS = ("multi_step", "multi_turn")

@@ -1,0 +1,267 @@
+"""Training checkpoints: layout, crash-safe saving, loading with fallback, the manifest and the resume fingerprint.
+
+Layout of a method's checkpoint folder (e.g. checkpoints/grpo/):
+
+    manifest.json             {"method", "steps", "weights"}: the commit record; "weights" is the model folder
+                              relative to this folder ("step-000006/model"), or "base" for vanilla
+    step-000006/model/        plain save_pretrained folder (weights + tokenizer) after step 6
+    step-000006/trainer_state.pt
+                              step, AdamW state, metric history, fingerprint, method state, and the size of every
+                              model file (the completion check)
+    step-000005/              the previous checkpoint, kept while training as a fallback (dropped once the run ends)
+
+A save writes step N into a fresh `.tmp-*` folder, fsyncs it, renames it to `step-00000N/` and only then commits by
+atomically replacing manifest.json; older folders are deleted after the commit. A kill at any point therefore
+leaves the manifest naming a complete folder whose weights and trainer state belong to the same step. Loading reads
+the manifest and, if it is missing, unreadable or names an incomplete folder, falls back to the newest complete
+step folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lopd.core import provenance, registry
+from lopd.core.config import Config
+from lopd.core.methods import Method
+
+MANIFEST = "manifest.json"
+TRAINER_STATE = "trainer_state.pt"
+MODEL = "model"
+TMP_PREFIX = ".tmp-"
+STAGE_MODULE = "pipelines.train"
+"""The CLI every training stage runs (`train@<method>`, `train_agentic@<method>`, `train_lopd`): its import
+closure is the code a checkpoint depends on, together with the method's own module."""
+LEGACY = ("model", "model.tmp", TRAINER_STATE)
+"""The layout before step folders: removed by the first save in the new layout."""
+_STEP_DIR = re.compile(r"step-(\d+)")
+_BUDGET_KEYS = ("steps", "save_every", "activation_checkpointing")
+"""Config keys that may change without invalidating a checkpoint: step budgets (a run may be extended), how often
+it saves, and activation checkpointing (same gradients)."""
+
+
+@dataclass
+class Checkpoint:
+    """A complete step folder and its trainer state."""
+
+    dir: Path
+    state: dict[str, Any]
+
+    @property
+    def model_dir(self) -> Path:
+        return self.dir / MODEL
+
+    @property
+    def weights(self) -> str:
+        """The model folder as the manifest names it (relative to the checkpoint folder)."""
+        return f"{self.dir.name}/{MODEL}"
+
+    @property
+    def step(self) -> int:
+        return self.state["step"]
+
+
+def _crash_point(name: str) -> None:
+    """Test hook marking the points between the steps of a save; tests make it raise to simulate a kill there."""
+
+
+# --- fingerprint ---------------------------------------------------------------------------------------------------
+
+def inputs(cfg: Config, method: Method, base_dir: str | Path) -> list[Path]:
+    """The files a training run reads besides code and config: the base model, the training data file if one is
+    configured (the built-in data are source files), and the method's upstream outputs (bank, pool, composer)."""
+    data = [cfg.data.taco_path, cfg.agentic.envscaler_envs, cfg.agentic.envscaler_tasks]
+    return [Path(base_dir), *(Path(p) for p in data if p), *method.inputs()]
+
+
+def fingerprint(cfg: Config, method: Method, base_dir: str | Path) -> dict[str, str]:
+    """What a checkpoint must match to be resumed: {"config": ..., "code": ...}.
+
+    "config" hashes the config minus `_BUDGET_KEYS` and tracking; "code" hashes the training code (the import
+    closure of the train stage and of the method's module) and the input files (`inputs`). Hashing the base model
+    reads it once per run: ~0.5 GB for SmolLM2-135M in float32 (well under a second), more for larger models.
+    """
+    d = cfg.to_dict()
+    for name in ("train", "agentic", *registry.METHODS):
+        if isinstance(d.get(name), dict):
+            d[name] = {k: v for k, v in d[name].items() if k not in _BUDGET_KEYS}
+    d.pop("tracking")
+    code = provenance.source_files([STAGE_MODULE, type(method).__module__])
+    return {"config": hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16],
+            "code": hashlib.sha256((provenance.digest(code) + provenance.digest(
+                p for p in inputs(cfg, method, base_dir) if p.exists())).encode()).hexdigest()[:16]}
+
+
+def stale_reason(checkpoint: Checkpoint, expected: dict[str, str], steps: int) -> str | None:
+    """Why `checkpoint` must not be resumed by a run with fingerprint `expected` and budget `steps`, or None."""
+    found = checkpoint.state.get("fingerprint")
+    if not isinstance(found, dict) or found.get("config") != expected["config"]:
+        return "the checkpoint is from a different configuration"
+    if found.get("code") != expected["code"]:
+        return "code or inputs changed since the checkpoint"
+    if checkpoint.step > steps:
+        return f"the checkpoint is from a longer run ({checkpoint.step} > {steps} steps)"
+    return None
+
+
+# --- saving --------------------------------------------------------------------------------------------------------
+
+def _fsync(path: Path) -> None:
+    """Flush a file's or a folder's entry to disk (a rename is durable only once its folder is synced)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def step_name(step: int) -> str:
+    return f"step-{step:06d}"
+
+
+def save(out_dir: str | Path, model, tokenizer, optimizer, step: int, history: list[dict],
+         fingerprint: dict[str, str], method: Method) -> Path:
+    """Save step `step` crash-safely (see the module docstring) and return its folder.
+
+    Deliberately no try/finally: a failure at any point must leave exactly what a kill there would.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_path(out_dir, "save")
+    tmp.mkdir()
+    _crash_point("save_started")
+    model.save_pretrained(tmp / MODEL)
+    tokenizer.save_pretrained(tmp / MODEL)
+    _crash_point("model_written")
+    files = {p.relative_to(tmp).as_posix(): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
+    torch.save({"step": step, "optimizer": optimizer.state_dict(), "history": history, "fingerprint": fingerprint,
+                "method": method.state_dict(), "files": files}, tmp / TRAINER_STATE)
+    _crash_point("state_written")
+    for path in [*tmp.rglob("*"), tmp]:
+        _fsync(path)
+    final = out_dir / step_name(step)
+    if final.exists():  # this step's folder from a save that was killed before its commit: never the committed one
+        final.rename(_tmp_path(out_dir, final.name))
+    tmp.rename(final)
+    _fsync(out_dir)
+    _crash_point("renamed")
+    write_manifest(out_dir, method.name, step, weights=f"{final.name}/{MODEL}")
+    _crash_point("committed")
+    prune(out_dir, keep=2)
+    return final
+
+
+def write_manifest(out_dir: str | Path, method: str, steps: int, weights: str) -> None:
+    """Atomically replace the manifest: the commit point of a save."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / f"{TMP_PREFIX}{MANIFEST}"
+    with tmp.open("w") as f:
+        f.write(json.dumps({"method": method, "steps": steps, "weights": weights}, indent=2))
+        f.flush()
+        os.fsync(f.fileno())
+    _crash_point("manifest_written")
+    os.replace(tmp, out_dir / MANIFEST)
+    _fsync(out_dir)
+
+
+def _tmp_path(out_dir: Path, label: str) -> Path:
+    """A fresh name for a folder being written or deleted; `prune` removes whatever such names are left."""
+    return out_dir / f"{TMP_PREFIX}{label}-{os.urandom(4).hex()}"
+
+
+def prune(out_dir: str | Path, keep: int) -> None:
+    """Delete all but the committed step folder and the `keep - 1` step folders before it, stale temporary
+    folders and the legacy layout. Folders are renamed to `.tmp-*` first, so a kill mid-delete never leaves a
+    half-deleted `step-*` folder."""
+    out_dir = Path(out_dir)
+    committed = _committed(out_dir)
+    if committed is None:  # nothing committed (or an unreadable manifest): keep everything for `load` to sort out
+        return
+    older = sorted((d for d in _step_dirs(out_dir) if d.name < committed), reverse=True)
+    doomed = [d for d in _step_dirs(out_dir) if d.name > committed] + older[keep - 1:]
+    doomed += [out_dir / name for name in LEGACY if (out_dir / name).exists()]
+    for path in doomed:
+        path.rename(_tmp_path(out_dir, path.name))
+    _crash_point("pruning")
+    for path in out_dir.glob(f"{TMP_PREFIX}*"):
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+# --- loading -------------------------------------------------------------------------------------------------------
+
+def _step_dirs(out_dir: Path) -> list[Path]:
+    return sorted(d for d in out_dir.iterdir() if d.is_dir() and _STEP_DIR.fullmatch(d.name)) if out_dir.is_dir() \
+        else []
+
+
+def _read_manifest(out_dir: Path) -> dict[str, Any]:
+    """The manifest; ValueError/OSError when it is missing or unreadable."""
+    manifest = json.loads((out_dir / MANIFEST).read_text())
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("weights"), str):
+        raise ValueError("not a checkpoint manifest")
+    return manifest
+
+
+def _committed(out_dir: Path) -> str | None:
+    """The name of the step folder the manifest names, or None (no manifest, unreadable, vanilla, legacy)."""
+    try:
+        parts = Path(_read_manifest(out_dir)["weights"]).parts
+    except (OSError, ValueError):
+        return None
+    return parts[0] if len(parts) == 2 and parts[1] == MODEL and _STEP_DIR.fullmatch(parts[0]) else None
+
+
+def _complete(step_dir: Path) -> Checkpoint | None:
+    """The checkpoint in `step_dir` if its trainer state loads and every model file has its recorded size."""
+    try:
+        state = torch.load(step_dir / TRAINER_STATE, weights_only=False)
+    except Exception:  # missing, empty or truncated: torch raises EOFError, RuntimeError, UnpicklingError, ...
+        return None
+    files = state.get("files") if isinstance(state, dict) else None
+    if not files or any(not (step_dir / f).is_file() or (step_dir / f).stat().st_size != n for f, n in files.items()):
+        return None
+    return Checkpoint(step_dir, state)
+
+
+def load(out_dir: str | Path) -> Checkpoint | None:
+    """The committed checkpoint in `out_dir`; if the manifest is missing, unreadable or names an incomplete
+    folder, the newest complete step folder (saying so in one line); None if there is none."""
+    out_dir = Path(out_dir)
+    committed = _committed(out_dir)
+    if committed is not None and (checkpoint := _complete(out_dir / committed)):
+        return checkpoint
+    candidates = [d for d in reversed(_step_dirs(out_dir)) if d.name != committed]
+    if committed is None and not candidates:
+        return None  # a fresh folder, or vanilla's / the legacy layout's manifest
+    if committed:
+        problem = f"{MANIFEST} names {committed}, which is incomplete"
+    else:
+        problem = f"{MANIFEST} is unreadable" if (out_dir / MANIFEST).exists() else f"no {MANIFEST}"
+    for step_dir in candidates:
+        if checkpoint := _complete(step_dir):
+            print(f"{out_dir}: {problem}; falling back to {step_dir.name}")
+            return checkpoint
+    print(f"{out_dir}: {problem}; no complete checkpoint to fall back to, starting fresh")
+    return None
+
+
+def policy_dir(checkpoint_dir: str | Path, base_dir: str | Path) -> Path:
+    """The model folder a checkpoint stands for: its own weights, or the base model (vanilla)."""
+    checkpoint_dir = Path(checkpoint_dir)
+    if not (checkpoint_dir / MANIFEST).exists():
+        raise FileNotFoundError(f"{checkpoint_dir}: no checkpoint here (run its train stage first)")
+    try:
+        weights = _read_manifest(checkpoint_dir)["weights"]
+    except (OSError, ValueError) as err:
+        raise FileNotFoundError(f"{checkpoint_dir}: unreadable {MANIFEST} ({err}; re-run its train stage)") from err
+    return Path(base_dir) if weights == "base" else checkpoint_dir / weights

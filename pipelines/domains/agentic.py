@@ -1,0 +1,24 @@
+"""The agentic domain: EnvScaler-format tool-use tasks (official files or the built-in envscaler-mini), multi-turn."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Iterator
+
+from evaluation.agentic import benchmarks as agentic_benchmarks
+from lopd.core.config import Config
+from lopd.core.multiturn import multi_turn
+from lopd.core.rollout import Rollouts, Task
+
+
+@contextlib.contextmanager
+def training_tasks(cfg: Config) -> Iterator[tuple[list[Task], Rollouts, str]]:
+    a = cfg.agentic
+    stack = contextlib.ExitStack()
+    try:
+        tasks, make_env, source = stack.enter_context(agentic_benchmarks.training_tasks(cfg))
+    except (OSError, ValueError) as err:
+        sys.exit(f"error: agentic training tasks: {err}")
+    with stack:
+        yield tasks, multi_turn(make_env, a.max_steps, a.max_context_tokens, a.max_step_tokens), source

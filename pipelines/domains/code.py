@@ -1,0 +1,38 @@
+"""The code domain: TACO-format coding tasks (a user's file or the built-in set), single-turn, sandboxed reward."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterator
+
+from evaluation.coding import taco
+from lopd.core.config import Config
+from lopd.core.rollout import Rollouts, ScoreFn, Task, single_turn
+
+
+def coding_tasks(cfg: Config) -> list[taco.CodingTask]:
+    """The coding training split: a user's TACO file, else the built-in set."""
+    try:
+        return taco.load_taco_file(cfg.data.taco_path) if cfg.data.taco_path else taco.load_builtin_tasks()
+    except (OSError, ValueError) as err:
+        sys.exit(f"error: training tasks: {err}")
+
+
+def coding_training_tasks(cfg: Config) -> tuple[list[Task], ScoreFn]:
+    """The coding training split as chat tasks and its sandboxed reward."""
+    coding = coding_tasks(cfg)
+    by_id = {t.task_id: t for t in coding}
+
+    def score(tasks: list[Task], completions: list[str]) -> list[float]:
+        with ThreadPoolExecutor(cfg.eval.workers) as pool:
+            return list(pool.map(lambda tc: taco.reward(tc[1], by_id[tc[0].task_id]), zip(tasks, completions)))
+
+    return [Task(t.task_id, taco.build_messages(t)) for t in coding], score
+
+
+@contextlib.contextmanager
+def training_tasks(cfg: Config) -> Iterator[tuple[list[Task], Rollouts, str]]:
+    tasks, score = coding_training_tasks(cfg)
+    yield tasks, single_turn(score), "TACO" if cfg.data.taco_path else "built-in coding set"

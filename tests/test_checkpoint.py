@@ -1,0 +1,244 @@
+"""Checkpoints: a kill at any point of a save resumes to exactly the uninterrupted run, broken files fall back to
+the previous good checkpoint, and only the same config, code and inputs resume."""
+
+import shutil
+from collections import Counter
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from baselines.grpo import GRPO
+from lopd.core import checkpoint, provenance
+from lopd.core.config import resolve
+from lopd.core.loop import train
+from lopd.core.rollout import Task, single_turn
+
+TASKS = [Task(f"t{i}", [{"role": "user", "content": f"Say something about the number {i}."}]) for i in range(6)]
+STEPS = 2
+SAVE_POINTS = ("save_started", "model_written", "state_written", "renamed", "manifest_written", "committed")
+"""The crash points of `checkpoint.save`, in order; `pruning` (in `checkpoint.prune`) comes after them."""
+
+
+class Killed(BaseException):
+    """A simulated SIGKILL: a BaseException, which nothing in the save path catches."""
+
+
+def _score(tasks, completions):
+    """Varies within a group, so GRPO's advantages (and the weight updates) are non-zero."""
+    return [float(sum(map(ord, c)) % 2) for c in completions]
+
+
+def _cfg(steps=STEPS, seed=0):
+    # tiny and exact: float32 everywhere, so a resumed run can equal the uninterrupted one bit for bit
+    return resolve({"profile": "smoke", "seed": seed, "grpo": {"group_size": 2},
+                    "sampling": {"max_new_tokens": 2, "dtype": "float32"},
+                    "train": {"steps": steps, "save_every": 1, "rollouts_per_step": 4, "mixed_precision": "no",
+                              "activation_checkpointing": False}})
+
+
+def _train(base, out, steps=STEPS):
+    cfg = _cfg(steps)
+    return train(cfg, GRPO(cfg.grpo), TASKS, single_turn(_score), base, out)
+
+
+def _kill_at(monkeypatch, point, nth):
+    """Make the `nth` pass through crash point `point` raise Killed."""
+    calls = Counter()
+
+    def crash(name):
+        calls[name] += 1
+        if name == point and calls[name] == nth:
+            raise Killed(name)
+
+    monkeypatch.setattr(checkpoint, "_crash_point", crash)
+
+
+def _untimed(history):
+    """Metric history without wall-clock timings (the only values a resumed run may not reproduce)."""
+    return [{k: v for k, v in h.items() if not k.startswith("time_") and k != "rollout_tokens_per_s"} for h in history]
+
+
+def _same(a, b):
+    """Exact equality of nested state (tensors bit for bit)."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _assert_equals_reference(out, reference):
+    """`out` holds only the final checkpoint, whose weights, AdamW state and history equal the reference run's."""
+    assert sorted(p.name for p in out.iterdir()) == [checkpoint.MANIFEST, checkpoint.step_name(STEPS)]
+    got, want = checkpoint.load(out), checkpoint.load(reference)
+    assert got.step == STEPS
+    assert _same(load_file(got.model_dir / "model.safetensors"), load_file(want.model_dir / "model.safetensors"))
+    assert _same(got.state["optimizer"], want.state["optimizer"])
+    assert _untimed(got.state["history"]) == _untimed(want.state["history"])
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_model_dir, tmp_path_factory):
+    """One uninterrupted run, shared by every test here."""
+    out = tmp_path_factory.mktemp("reference") / "grpo"
+    _train(tiny_model_dir, out)
+    weights = load_file(checkpoint.load(out).model_dir / "model.safetensors")
+    base = load_file(tiny_model_dir / "model.safetensors")
+    assert any(not torch.equal(weights[k], base[k]) for k in base), "the run must change the weights"
+    return out
+
+
+@pytest.mark.parametrize("point", SAVE_POINTS)
+def test_a_kill_during_a_save_resumes_to_the_uninterrupted_run(point, tiny_model_dir, reference, tmp_path,
+                                                                 monkeypatch):
+    out = tmp_path / "grpo"
+    _kill_at(monkeypatch, point, nth=STEPS)  # during the last step's save: step 1 is committed
+    with pytest.raises(Killed):
+        _train(tiny_model_dir, out)
+    assert checkpoint.load(out).step == (STEPS if point == "committed" else STEPS - 1)
+    monkeypatch.undo()
+    _train(tiny_model_dir, out)
+    _assert_equals_reference(out, reference)
+
+
+def test_a_kill_while_pruning_old_checkpoints_is_cleaned_up_on_rerun(tiny_model_dir, reference, tmp_path,
+                                                                      monkeypatch):
+    out = tmp_path / "grpo"
+    _kill_at(monkeypatch, "pruning", nth=STEPS + 1)  # one prune per save, then the end of the run drops step 1
+    with pytest.raises(Killed):
+        _train(tiny_model_dir, out)
+    monkeypatch.undo()
+    assert _train(tiny_model_dir, out)["history"][-1]["step"] == STEPS
+    _assert_equals_reference(out, reference)
+
+
+@pytest.fixture(scope="module")
+def interrupted(tiny_model_dir, tmp_path_factory):
+    """A run killed right after committing step 2 of 3: step-000001 and step-000002 both on disk."""
+    out = tmp_path_factory.mktemp("interrupted") / "grpo"
+    with pytest.MonkeyPatch.context() as patch:
+        _kill_at(patch, "committed", nth=STEPS)
+        with pytest.raises(Killed):
+            _train(tiny_model_dir, out, steps=STEPS + 1)
+    assert sorted(p.name for p in out.glob("step-*")) == ["step-000001", "step-000002"]
+    return out
+
+
+def _empty_state(out):
+    (out / "step-000002" / checkpoint.TRAINER_STATE).write_bytes(b"")
+
+
+def _truncated_state(out):
+    path = out / "step-000002" / checkpoint.TRAINER_STATE
+    path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+
+
+def _truncated_weights(out):
+    path = out / "step-000002" / checkpoint.MODEL / "model.safetensors"
+    path.write_bytes(path.read_bytes()[:1000])
+
+
+def _garbage_manifest(out):
+    (out / checkpoint.MANIFEST).write_text('{"method": "grpo", "weig')
+
+
+def _no_manifest(out):
+    (out / checkpoint.MANIFEST).unlink()
+
+
+@pytest.mark.parametrize("damage, message, resumed_from", [
+    (_empty_state, "manifest.json names step-000002, which is incomplete; falling back to step-000001", 1),
+    (_truncated_state, "manifest.json names step-000002, which is incomplete; falling back to step-000001", 1),
+    (_truncated_weights, "manifest.json names step-000002, which is incomplete; falling back to step-000001", 1),
+    (_garbage_manifest, "manifest.json is unreadable; falling back to step-000002", 2),
+    (_no_manifest, "no manifest.json; falling back to step-000002", 2),
+])
+def test_a_damaged_checkpoint_falls_back_to_the_previous_good_one(damage, message, resumed_from, interrupted,
+                                                                 tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "grpo"
+    shutil.copytree(interrupted, out)
+    damage(out)
+    capsys.readouterr()
+    result = _train(tiny_model_dir, out, steps=STEPS + 1)
+    printed = capsys.readouterr()
+    assert f"{out}: {message}\n" in printed.out and "Traceback" not in printed.out + printed.err
+    assert f"resuming grpo from step {resumed_from}\n" in printed.out
+    assert [h["step"] for h in result["history"]] == [1, 2, 3]
+    assert sorted(p.name for p in out.iterdir()) == [checkpoint.MANIFEST, "step-000003"]
+
+
+def test_with_no_good_checkpoint_left_the_run_starts_fresh(reference, tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "grpo"
+    shutil.copytree(reference, out)
+    (out / checkpoint.step_name(STEPS) / checkpoint.TRAINER_STATE).write_bytes(b"")
+    _train(tiny_model_dir, out)
+    assert (f"{out}: manifest.json names step-000002, which is incomplete; no complete checkpoint to fall back to, "
+            "starting fresh\n") in capsys.readouterr().out
+    _assert_equals_reference(out, reference)  # a fresh run is the same run
+
+
+# --- the resume fingerprint ----------------------------------------------------------------------------------------
+
+class GRPOWithInput(GRPO):
+    """GRPO that declares an input file, standing in for bank / pool / composer readers."""
+
+    def __init__(self, cfg, path):
+        super().__init__(cfg)
+        self.path = path
+
+    def inputs(self):
+        return [self.path]
+
+
+def test_the_fingerprint_covers_config_code_and_inputs_but_not_budgets(tiny_model_dir, tmp_path, monkeypatch):
+    cfg, data = _cfg(), tmp_path / "input.jsonl"
+    data.write_text("a\n")
+    method = GRPOWithInput(cfg.grpo, data)
+    before = checkpoint.fingerprint(cfg, method, tiny_model_dir)
+    assert checkpoint.fingerprint(_cfg(steps=9), method, tiny_model_dir) == before  # a longer budget resumes
+    assert checkpoint.fingerprint(_cfg(seed=1), method, tiny_model_dir)["config"] != before["config"]
+    data.write_text("b\n")
+    after_input = checkpoint.fingerprint(cfg, method, tiny_model_dir)
+    assert after_input["config"] == before["config"] and after_input["code"] != before["code"]
+    source = tmp_path / "module.py"  # a stand-in source file in the closure: the real tree stays untouched
+    source.write_text("x = 1\n")
+    real = provenance.source_files
+    monkeypatch.setattr(provenance, "source_files", lambda modules: [*real(modules), source])
+    with_source = checkpoint.fingerprint(cfg, method, tiny_model_dir)
+    source.write_text("x = 1  # edited\n")
+    assert checkpoint.fingerprint(cfg, method, tiny_model_dir)["code"] != with_source["code"]
+
+
+def test_the_code_closure_includes_the_train_stage_and_the_method():
+    files = {p.relative_to(provenance.REPO_ROOT).as_posix()
+             for p in provenance.source_files([checkpoint.STAGE_MODULE, GRPO.__module__])}
+    assert {"pipelines/train.py", "lopd/core/loop.py", "lopd/core/checkpoint.py", "baselines/grpo.py"} <= files
+
+
+def test_changed_code_starts_fresh_and_unchanged_code_resumes(reference, tiny_model_dir, tmp_path, monkeypatch,
+                                                              capsys):
+    out = tmp_path / "grpo"
+    shutil.copytree(reference, out)
+    assert _train(tiny_model_dir, out)["history"][-1]["step"] == STEPS  # nothing left to train
+    assert f"resuming grpo from step {STEPS}\n" in capsys.readouterr().out
+    real = provenance.source_files
+    edited = tmp_path / "edited.py"
+    edited.write_text("# a code change\n")
+    monkeypatch.setattr(provenance, "source_files", lambda modules: [*real(modules), edited])
+    _train(tiny_model_dir, out)
+    assert f"{out}: code or inputs changed since the checkpoint; starting fresh\n" in capsys.readouterr().out
+    _assert_equals_reference(out, reference)
+
+
+def test_policy_dir_names_the_committed_weights_and_explains_a_missing_checkpoint(reference, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    assert checkpoint.policy_dir(reference, "unused") == reference / checkpoint.step_name(STEPS) / checkpoint.MODEL
+    AutoModelForCausalLM.from_pretrained(checkpoint.policy_dir(reference, "unused"))
+    with pytest.raises(FileNotFoundError, match="no checkpoint here .run its train stage first."):
+        checkpoint.policy_dir(tmp_path / "missing", "unused")
+    checkpoint.write_manifest(tmp_path / "vanilla", "vanilla", 0, weights="base")
+    assert checkpoint.policy_dir(tmp_path / "vanilla", tmp_path / "base") == tmp_path / "base"

@@ -1,0 +1,44 @@
+"""prepare_base_model swaps a new model in only once it loads: a failed build keeps the existing folder."""
+
+import pytest
+
+from lopd.core import models
+
+
+def _snapshot(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def existing(tiny_model_dir, tmp_path):
+    """models/base as a previous prepare_model left it."""
+    import shutil
+
+    out = tmp_path / "models" / "base"
+    shutil.copytree(tiny_model_dir, out)
+    return out
+
+
+def _broken_build(name, out_dir, seed, dtype):
+    """A build that writes files but no usable model (e.g. killed mid-save, or a bad conversion)."""
+    out_dir.mkdir(parents=True)
+    (out_dir / "config.json").write_text('{"model_type": "llama", ')
+
+
+@pytest.mark.parametrize("name, breaks", [("./no-such-model-folder", None), ("tiny-random", _broken_build)])
+def test_a_failed_build_leaves_the_existing_model_untouched(name, breaks, existing, monkeypatch):
+    before = _snapshot(existing)
+    if breaks:
+        monkeypatch.setattr(models, "_write_model", breaks)
+    with pytest.raises((OSError, ValueError)):
+        models.prepare_base_model(name, existing, seed=0)
+    assert _snapshot(existing) == before
+    assert sorted(p.name for p in existing.parent.iterdir()) == ["base"]  # no temporary folder left behind
+
+
+def test_a_good_build_replaces_the_model(existing):
+    (existing / "stale.txt").write_text("from the previous model")
+    models.prepare_base_model("tiny-random", existing, seed=1)
+    assert not (existing / "stale.txt").exists()
+    assert models.load_model(existing).config.hidden_size == models.TINY_RANDOM["hidden_size"]
+    assert sorted(p.name for p in existing.parent.iterdir()) == ["base"]
