@@ -7,7 +7,7 @@ import sys
 import time
 
 from evaluation import evalplus_bench
-from evaluation.agentic import benchmarks as agentic_benchmarks
+from evaluation.agentic import envscaler_split
 from lopd.latent.bank import (check_no_eval_overlap, sample_rollouts, successful_entries, task_text, trace_function,
                               write_bank)
 from lopd.latent.retrieval import (BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE, TextEmbedder, document_text, query_text,
@@ -21,7 +21,7 @@ def evaluation_prompts(cfg, domain: str = "code") -> tuple[dict[str, str], str]:
     """Every evaluation task's prompt text, for the overlap guard (and a note if data is missing). For the
     agentic domain: the held-out EnvScaler-format tasks (BFCL and ACEBench are other task families)."""
     if domain == "agentic":
-        return {t.task_id: t.task for t in agentic_benchmarks.envscaler_data(cfg).test}, ""
+        return {t.task_id: t.task for t in envscaler_split.envscaler_data(cfg).test}, ""
     prompts, missing = {}, []
     for benchmark in cfg.benchmarks:
         try:

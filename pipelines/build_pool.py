@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 import time
 
-from evaluation.agentic import benchmarks as agentic_benchmarks
+from evaluation.agentic import envscaler_split
 from evaluation.agentic import envscaler
 from lopd.latent.bank import check_no_eval_overlap, read_bank, task_text
 from lopd.core.multiturn import ToolCall, observation_lite
@@ -36,7 +36,7 @@ def coding_references(cfg, tasks, covered) -> tuple[dict[str, list[str]], int]:
 
 def agentic_references(cfg, covered) -> tuple[dict[str, list[str]], int]:
     """Ground-truth action sequences of uncovered tasks that replay to reward 1, as observation-lite traces."""
-    data = agentic_benchmarks.envscaler_data(cfg)
+    data = envscaler_split.envscaler_data(cfg)
     candidates = [t for t in data.train if t.task_id not in covered and t.ground_truth]
     passing: dict[str, list[str]] = {}
     with envscaler.EnvScalerSuite(data.envs, candidates) as suite:
@@ -61,7 +61,7 @@ def main() -> None:
         start = time.perf_counter()
         try:
             successes, _ = read_bank(domain.bank / BANK_FILE)
-            tasks = ([(t.task_id, t.task) for t in agentic_benchmarks.envscaler_data(cfg).train]
+            tasks = ([(t.task_id, t.task) for t in envscaler_split.envscaler_data(cfg).train]
                      if args.domain == "agentic" else [(t.task_id, task_text(t.messages))
                                                        for t in coding_training_tasks(cfg)[0]])
         except (OSError, ValueError) as err:

@@ -62,6 +62,8 @@ def domain_module(domain: str) -> str:
 
 DOMAIN_STAGES = ("pipelines.train", "pipelines.build_bank", "pipelines.cold_start")
 """The CLIs that read their domain's training tasks through `training_domain` (by name, so the scan needs telling)."""
+METHOD_STAGES = ("pipelines.train",)
+"""The CLIs that build their `--method` through the registry (by name)."""
 
 
 def stage_modules(module: str, method: str | None = None, domain: str | None = None) -> list[str]:

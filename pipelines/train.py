@@ -8,8 +8,8 @@ import time
 
 from lopd.core.loop import MethodInputError, train
 from lopd.core.tracking import Tracker
-from pipelines.common import (BASE_MODEL_DIR, DOMAIN_ARG, DOMAINS, build_method, for_domain, parse_args, stage_name,
-                              training_domain, write_json)
+from pipelines.common import (BASE_MODEL_DIR, DOMAIN_ARG, DOMAINS, build_method, for_domain, parse_args, stage_modules,
+                              stage_name, training_domain, write_json)
 
 
 def main() -> None:
@@ -20,7 +20,8 @@ def main() -> None:
           Tracker(cfg, stage_name("train", args.domain, method.name)) as tracker):
         start = time.perf_counter()
         try:
-            result = train(cfg, method, tasks, collect, BASE_MODEL_DIR, domain.checkpoints / method.name, tracker)
+            result = train(cfg, method, tasks, collect, BASE_MODEL_DIR, domain.checkpoints / method.name, tracker,
+                           stage_modules("pipelines.train", domain=args.domain))
         except (FileNotFoundError, MethodInputError) as err:  # a missing upstream output: say which stage to run
             sys.exit(f"error: {err}")
         result["summary"].update({"profile": cfg.profile, "seed": cfg.seed, "domain": args.domain, "data": source,

@@ -25,15 +25,16 @@ class Killed(BaseException):
 
 
 def _score(tasks, completions):
-    """Varies within a group, so GRPO's advantages (and the weight updates) are non-zero."""
-    return [float(sum(map(ord, c)) % 2) for c in completions]
+    """Alternates within each group whatever was sampled, so GRPO's advantages (and updates) are never zero."""
+    return [float(i % 2) for i in range(len(completions))]
 
 
 def _cfg(steps=STEPS, seed=0):
-    # tiny and exact: float32 everywhere, so a resumed run can equal the uninterrupted one bit for bit
+    # tiny (2 tasks x 2 rollouts of 2 tokens per step); dtypes and mixed precision as the smoke profile has them
+    # (accelerate allows one mixed-precision setting per process, shared with the other tests)
     return resolve({"profile": "smoke", "seed": seed, "grpo": {"group_size": 2},
-                    "sampling": {"max_new_tokens": 2, "dtype": "float32"},
-                    "train": {"steps": steps, "save_every": 1, "rollouts_per_step": 4, "mixed_precision": "no",
+                    "sampling": {"max_new_tokens": 2},
+                    "train": {"steps": steps, "save_every": 1, "rollouts_per_step": 4,
                               "activation_checkpointing": False}})
 
 
@@ -242,3 +243,22 @@ def test_policy_dir_names_the_committed_weights_and_explains_a_missing_checkpoin
         checkpoint.policy_dir(tmp_path / "missing", "unused")
     checkpoint.write_manifest(tmp_path / "vanilla", "vanilla", 0, weights="base")
     assert checkpoint.policy_dir(tmp_path / "vanilla", tmp_path / "base") == tmp_path / "base"
+    assert checkpoint.load(tmp_path / "vanilla") is None  # nothing to resume, nothing to complain about
+    (tmp_path / "vanilla" / checkpoint.MANIFEST).write_text("{")
+    with pytest.raises(ValueError, match="manifest.json: unreadable"):
+        checkpoint.policy_dir(tmp_path / "vanilla", tmp_path / "base")
+
+
+def test_a_checkpoint_in_the_layout_before_step_folders_starts_fresh_with_one_line(tmp_path, capsys):
+    old = tmp_path / "grpo"
+    (old / "model").mkdir(parents=True)
+    (old / checkpoint.TRAINER_STATE).write_bytes(b"")
+    checkpoint.write_manifest(old, "grpo", 3, weights="model")
+    assert checkpoint.load(old) is None
+    assert capsys.readouterr().out == (f"{old}: manifest.json names no step folder (a checkpoint from before them); "
+                                       "no complete checkpoint to fall back to, starting fresh\n")
+    assert checkpoint.load(tmp_path / "never-trained") is None and capsys.readouterr().out == ""
+    (old / "step-000001" / "model").mkdir(parents=True)  # once a save commits, the old layout is removed
+    checkpoint.write_manifest(old, "grpo", 1, weights="step-000001/model")
+    checkpoint.prune(old, keep=2)
+    assert sorted(p.name for p in old.iterdir()) == [checkpoint.MANIFEST, "step-000001"]

@@ -1,66 +1,51 @@
 """The DAG tracks exactly the code each stage runs: every DVC stage's code deps equal its import closure.
 
 A stage's code is the static import closure (lopd.core.provenance) of its CLI module, the training domain's task
-module and the method's file (both imported by name). DVC cannot vary a matrix stage's deps per member, so a code dep
-of `train@<name>` may be one that another member of the same matrix imports; nothing else may be extra.
+module and the method's file (both imported by name; pipelines.dag.stage_code). DVC cannot vary a matrix stage's
+deps per member, so a code dep of `train@<name>` may be one that another member of the same matrix imports.
 """
 
-import shlex
+import json
+import subprocess
+import sys
 from collections import defaultdict
 
 import pytest
 
 from lopd.core.config import REPO_ROOT
-from lopd.core.provenance import PACKAGES, source_files
-from pipelines.common import DOMAIN_STAGES, stage_modules
+from pipelines.dag import files_under, is_code, stage_code
 
 
 def _stages() -> list[tuple[str, str, list[str]]]:
+    """(name, command, deps) of every stage as DVC resolves dvc.yaml with params.yaml (matrices expanded)."""
     from dvc.repo import Repo
 
     with Repo(str(REPO_ROOT)) as repo:
         return [(stage.addressing, stage.cmd, [dep.def_path for dep in stage.deps]) for stage in repo.index.stages]
 
 
-def _closure(cmd: str) -> set[str]:
-    argv = shlex.split(cmd)
-    module = argv[argv.index("-m") + 1]
-    option = lambda name: argv[argv.index(name) + 1] if name in argv else None  # noqa: E731
-    domain = (option("--domain") or "code") if module in DOMAIN_STAGES else None
-    return {f.relative_to(REPO_ROOT).as_posix() for f in source_files(stage_modules(module, option("--method"), domain))}
-
-
-def _files_under(dep: str) -> set[str]:
-    path = REPO_ROOT / dep
-    if path.is_file():
-        return {dep}
-    return {p.relative_to(REPO_ROOT).as_posix() for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
-
-
 STAGES = _stages()
 
 
 def test_every_stage_depends_on_exactly_the_code_it_imports():
+    closures = {name: stage_code(cmd) for name, cmd, _ in STAGES}
     groups: dict[str, set[str]] = defaultdict(set)  # a matrix's members share one deps template
-    closures = {name: _closure(cmd) for name, cmd, _ in STAGES}
-    for name, _, _ in STAGES:
+    for name in closures:
         groups[name.split("@")[0]] |= closures[name]
     problems = []
     for name, _, deps in STAGES:
-        code = [d for d in deps if d.split("/")[0] in PACKAGES]
-        covered = set().union(*(_files_under(d) for d in code)) if code else set()
-        missing = sorted(closures[name] - covered)
-        if missing:
+        code = [d for d in deps if is_code(d)]
+        covered = set().union(*(files_under(d) for d in code))
+        if missing := sorted(closures[name] - covered):
             problems.append(f"{name}: imports but does not depend on {missing}")
         group = groups[name.split("@")[0]]
         for dep in code:
-            files = _files_under(dep)
+            files = files_under(dep)
             if not files & group:
                 problems.append(f"{name}: depends on {dep}, which it does not import")
             elif (REPO_ROOT / dep).is_dir() and not files <= group:
-                problems.append(f"{name}: depends on all of {dep}/ but imports only part of it "
-                                f"(not {sorted(files - group)[:3]}...)")
-    assert not problems, "\n".join(problems)
+                problems.append(f"{name}: depends on all of {dep}/ but imports only part of it")
+    assert not problems, "\n".join(problems) + "\n(run `python -m pipelines.dag --write`)"
 
 
 @pytest.mark.parametrize("touched, marked", [
@@ -71,9 +56,31 @@ def test_every_stage_depends_on_exactly_the_code_it_imports():
     # the loop marks every training stage, and nothing that does not train
     ("lopd/core/loop.py", {name for name, _, _ in STAGES if name.split("@")[0] in ("train", "train_agentic")}
      | {"train_lopd", "train_lopd_agentic"}),
+    # the BFCL harness marks only the agentic evaluations
+    ("evaluation/agentic/bfcl.py", {name for name, _, _ in STAGES if name.startswith("eval_agentic@")}),
 ])
 def test_touching_a_file_marks_only_the_stages_that_run_it(touched: str, marked: set[str]):
-    hit = {name for name, _, deps in STAGES
-           if any(touched == d or touched.startswith(d.rstrip("/") + "/") for d in deps)}
+    hit = {name for name, _, deps in STAGES if any(touched in files_under(d) for d in deps if is_code(d))}
     assert hit == marked
 
+
+@pytest.mark.parametrize("stage", ["train@skill_sd", "train_lopd_agentic", "eval_agentic@lopd"])
+def test_the_static_scan_finds_everything_a_stage_imports(stage: str):
+    """What a stage really loads when it starts (sys.modules after importing its modules) is within its closure."""
+    cmd = next(cmd for name, cmd, _ in STAGES if name == stage)
+    code = ("import importlib, json, shlex, sys\n"
+            "from pipelines.common import DOMAIN_STAGES, METHOD_STAGES, stage_modules\n"  # in every stage's closure
+            "argv = shlex.split(sys.argv[1]); module = argv[argv.index('-m') + 1]\n"
+            "opt = lambda n: argv[argv.index(n) + 1] if n in argv else None\n"
+            "mods = stage_modules(module, opt('--method') if module in METHOD_STAGES else None,\n"
+            "                     (opt('--domain') or 'code') if module in DOMAIN_STAGES else None)\n"
+            "for m in mods: importlib.import_module(m)\n"
+            "root = sys.argv[2]\n"
+            "print(json.dumps(sorted({m.__file__[len(root) + 1:] for m in list(sys.modules.values())\n"
+            "                        if getattr(m, '__file__', None) and m.__file__.startswith(root + '/')\n"
+            "                        and '/.venv/' not in m.__file__})))\n")
+    proc = subprocess.run([sys.executable, "-c", code, cmd, str(REPO_ROOT)], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    loaded = set(json.loads(proc.stdout.splitlines()[-1]))
+    assert loaded and loaded <= stage_code(cmd), sorted(loaded - stage_code(cmd))

@@ -26,21 +26,23 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
 from lopd.core import provenance, registry
 from lopd.core.config import Config
-from lopd.core.methods import Method
+
+if TYPE_CHECKING:
+    from lopd.core.methods import Method
 
 MANIFEST = "manifest.json"
 TRAINER_STATE = "trainer_state.pt"
 MODEL = "model"
 TMP_PREFIX = ".tmp-"
 STAGE_MODULE = "pipelines.train"
-"""The CLI every training stage runs (`train@<method>`, `train_agentic@<method>`, `train_lopd`): its import
-closure is the code a checkpoint depends on, together with the method's own module."""
+"""The CLI every training stage runs (`train@<method>`, `train_agentic@<method>`, `train_lopd`); the stage passes
+its full module list (with its domain's task module) to `train`, whose import closure is the checkpoint's code."""
 LEGACY = ("model", "model.tmp", TRAINER_STATE)
 """The layout before step folders: removed by the first save in the new layout."""
 _STEP_DIR = re.compile(r"step-(\d+)")
@@ -83,11 +85,12 @@ def inputs(cfg: Config, method: Method, base_dir: str | Path) -> list[Path]:
     return [Path(base_dir), *(Path(p) for p in data if p), *method.inputs()]
 
 
-def fingerprint(cfg: Config, method: Method, base_dir: str | Path) -> dict[str, str]:
+def fingerprint(cfg: Config, method: Method, base_dir: str | Path,
+                stage_modules: Sequence[str] = (STAGE_MODULE,)) -> dict[str, str]:
     """What a checkpoint must match to be resumed: {"config": ..., "code": ...}.
 
     "config" hashes the config minus `_BUDGET_KEYS` and tracking; "code" hashes the training code (the import
-    closure of the train stage and of the method's module) and the input files (`inputs`). Hashing the base model
+    closure of the stage's modules and of the method's module) and the input files (`inputs`). Hashing the base model
     reads it once per run: ~0.5 GB for SmolLM2-135M in float32 (well under a second), more for larger models.
     """
     d = cfg.to_dict()
@@ -95,7 +98,7 @@ def fingerprint(cfg: Config, method: Method, base_dir: str | Path) -> dict[str, 
         if isinstance(d.get(name), dict):
             d[name] = {k: v for k, v in d[name].items() if k not in _BUDGET_KEYS}
     d.pop("tracking")
-    code = provenance.source_files([STAGE_MODULE, type(method).__module__])
+    code = provenance.source_files([*stage_modules, type(method).__module__])
     return {"config": hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16],
             "code": hashlib.sha256((provenance.digest(code) + provenance.digest(
                 p for p in inputs(cfg, method, base_dir) if p.exists())).encode()).hexdigest()[:16]}
@@ -149,7 +152,7 @@ def save(out_dir: str | Path, model, tokenizer, optimizer, step: int, history: l
     for path in [*tmp.rglob("*"), tmp]:
         _fsync(path)
     final = out_dir / step_name(step)
-    if final.exists():  # this step's folder from a save that was killed before its commit: never the committed one
+    if final.exists():  # from a save killed before its commit, or from a stale run this fresh one replaces
         final.rename(_tmp_path(out_dir, final.name))
     tmp.rename(final)
     _fsync(out_dir)
@@ -184,24 +187,34 @@ def prune(out_dir: str | Path, keep: int) -> None:
     folders and the legacy layout. Folders are renamed to `.tmp-*` first, so a kill mid-delete never leaves a
     half-deleted `step-*` folder."""
     out_dir = Path(out_dir)
-    committed = _committed(out_dir)
+    committed = _committed(out_dir)[0]
     if committed is None:  # nothing committed (or an unreadable manifest): keep everything for `load` to sort out
         return
-    older = sorted((d for d in _step_dirs(out_dir) if d.name < committed), reverse=True)
-    doomed = [d for d in _step_dirs(out_dir) if d.name > committed] + older[keep - 1:]
+    current = _step_of(out_dir / committed)
+    older = [d for d in reversed(_step_dirs(out_dir)) if _step_of(d) < current]
+    doomed = [d for d in _step_dirs(out_dir) if _step_of(d) > current] + older[keep - 1:]
     doomed += [out_dir / name for name in LEGACY if (out_dir / name).exists()]
     for path in doomed:
         path.rename(_tmp_path(out_dir, path.name))
     _crash_point("pruning")
     for path in out_dir.glob(f"{TMP_PREFIX}*"):
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
 
 
 # --- loading -------------------------------------------------------------------------------------------------------
 
+def _step_of(step_dir: Path) -> int:
+    return int(_STEP_DIR.fullmatch(step_dir.name)[1])
+
+
 def _step_dirs(out_dir: Path) -> list[Path]:
-    return sorted(d for d in out_dir.iterdir() if d.is_dir() and _STEP_DIR.fullmatch(d.name)) if out_dir.is_dir() \
-        else []
+    """The step folders in `out_dir`, oldest first."""
+    if not out_dir.is_dir():
+        return []
+    return sorted((d for d in out_dir.iterdir() if d.is_dir() and _STEP_DIR.fullmatch(d.name)), key=_step_of)
 
 
 def _read_manifest(out_dir: Path) -> dict[str, Any]:
@@ -212,13 +225,18 @@ def _read_manifest(out_dir: Path) -> dict[str, Any]:
     return manifest
 
 
-def _committed(out_dir: Path) -> str | None:
-    """The name of the step folder the manifest names, or None (no manifest, unreadable, vanilla, legacy)."""
+def _committed(out_dir: Path) -> tuple[str | None, str | None]:
+    """(the step folder the manifest names, None), or (None, why there is none); (None, None) for vanilla."""
+    if not (out_dir / MANIFEST).exists():
+        return None, f"no {MANIFEST}"
     try:
-        parts = Path(_read_manifest(out_dir)["weights"]).parts
+        weights = _read_manifest(out_dir)["weights"]
     except (OSError, ValueError):
-        return None
-    return parts[0] if len(parts) == 2 and parts[1] == MODEL and _STEP_DIR.fullmatch(parts[0]) else None
+        return None, f"{MANIFEST} is unreadable"
+    parts = Path(weights).parts
+    if len(parts) == 2 and parts[1] == MODEL and _STEP_DIR.fullmatch(parts[0]):
+        return parts[0], None
+    return None, None if weights == "base" else f"{MANIFEST} names no step folder (a checkpoint from before them)"
 
 
 def _complete(step_dir: Path) -> Checkpoint | None:
@@ -237,16 +255,14 @@ def load(out_dir: str | Path) -> Checkpoint | None:
     """The committed checkpoint in `out_dir`; if the manifest is missing, unreadable or names an incomplete
     folder, the newest complete step folder (saying so in one line); None if there is none."""
     out_dir = Path(out_dir)
-    committed = _committed(out_dir)
-    if committed is not None and (checkpoint := _complete(out_dir / committed)):
-        return checkpoint
-    candidates = [d for d in reversed(_step_dirs(out_dir)) if d.name != committed]
-    if committed is None and not candidates:
-        return None  # a fresh folder, or vanilla's / the legacy layout's manifest
+    committed, problem = _committed(out_dir)
     if committed:
+        if checkpoint := _complete(out_dir / committed):
+            return checkpoint
         problem = f"{MANIFEST} names {committed}, which is incomplete"
-    else:
-        problem = f"{MANIFEST} is unreadable" if (out_dir / MANIFEST).exists() else f"no {MANIFEST}"
+    candidates = [d for d in reversed(_step_dirs(out_dir)) if d.name != committed]
+    if problem is None or not (candidates or (out_dir / MANIFEST).exists()):
+        return None  # vanilla's manifest, or a fresh folder
     for step_dir in candidates:
         if checkpoint := _complete(step_dir):
             print(f"{out_dir}: {problem}; falling back to {step_dir.name}")
@@ -262,6 +278,6 @@ def policy_dir(checkpoint_dir: str | Path, base_dir: str | Path) -> Path:
         raise FileNotFoundError(f"{checkpoint_dir}: no checkpoint here (run its train stage first)")
     try:
         weights = _read_manifest(checkpoint_dir)["weights"]
-    except (OSError, ValueError) as err:
-        raise FileNotFoundError(f"{checkpoint_dir}: unreadable {MANIFEST} ({err}; re-run its train stage)") from err
+    except (OSError, ValueError) as err:  # the train stage repairs it (`load` falls back past it)
+        raise ValueError(f"{checkpoint_dir / MANIFEST}: unreadable ({err})") from err
     return Path(base_dir) if weights == "base" else checkpoint_dir / weights

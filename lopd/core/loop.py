@@ -97,8 +97,11 @@ def update(model, optimizer, accelerator: Accelerator, method: Method, trajector
 
 
 def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts, base_dir: str | Path,
-          out_dir: str | Path, tracker: Tracker | None = None) -> dict:
-    """Run (or resume) the on-policy loop; returns {"summary": ..., "history": [...]} for the metrics file."""
+          out_dir: str | Path, tracker: Tracker | None = None,
+          stage_modules: Sequence[str] = (checkpoint.STAGE_MODULE,)) -> dict:
+    """Run (or resume) the on-policy loop; returns {"summary": ..., "history": [...]} for the metrics file.
+    `stage_modules` are the modules the calling stage runs (pipelines.common.stage_modules): with the method's
+    module, their import closure is the code a checkpoint must match to be resumed."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if not method.trains:
@@ -109,7 +112,7 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
     tokenizer = load_tokenizer(base_dir)
     start_step, history = 0, []
     steps = method.steps(cfg)
-    fingerprint = checkpoint.fingerprint(cfg, method, base_dir)
+    fingerprint = checkpoint.fingerprint(cfg, method, base_dir, stage_modules)
     resumed = checkpoint.load(out_dir)
     if resumed and (reason := checkpoint.stale_reason(resumed, fingerprint, steps)):
         print(f"{out_dir}: {reason}; starting fresh")

@@ -77,7 +77,9 @@ def _imports(path: Path) -> tuple[Path, ...]:
 
 def source_files(modules: Iterable[str]) -> list[Path]:
     """Every project file the given modules reach: their import closure plus what those files load by path."""
-    todo = [f for f in (_module_file(m) for m in modules) if f is not None]
+    # importing a.b.c runs a/__init__ and a/b/__init__ too
+    prefixes = {".".join(m.split(".")[:i]) for m in modules for i in range(1, len(m.split(".")) + 1)}
+    todo = [f for f in map(_module_file, sorted(prefixes)) if f is not None]
     seen: set[Path] = set()
     while todo:
         file = todo.pop()

@@ -6,7 +6,7 @@ import contextlib
 import sys
 from typing import Iterator
 
-from evaluation.agentic import benchmarks as agentic_benchmarks
+from evaluation.agentic import envscaler_split
 from lopd.core.config import Config
 from lopd.core.multiturn import multi_turn
 from lopd.core.rollout import Rollouts, Task
@@ -17,7 +17,7 @@ def training_tasks(cfg: Config) -> Iterator[tuple[list[Task], Rollouts, str]]:
     a = cfg.agentic
     stack = contextlib.ExitStack()
     try:
-        tasks, make_env, source = stack.enter_context(agentic_benchmarks.training_tasks(cfg))
+        tasks, make_env, source = stack.enter_context(envscaler_split.training_tasks(cfg))
     except (OSError, ValueError) as err:
         sys.exit(f"error: agentic training tasks: {err}")
     with stack:
