@@ -8,6 +8,11 @@ from pathlib import Path
 
 import pytest
 
+# `make test` runs two workers on two cores (and the smoke DAG's stages as subprocesses): one math thread per
+# process, or torch's default of one per core oversubscribes the machine and every test runs slower.
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_mlflow(tmp_path_factory):

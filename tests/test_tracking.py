@@ -98,3 +98,16 @@ def test_dead_tracking_server_is_given_up_within_seconds(monkeypatch, capsys):
     assert elapsed < 15, f"took {elapsed:.1f} s to give up on a dead server"
     err = capsys.readouterr().err
     assert err.count("MLflow logging disabled") == 1 and len(err.strip().splitlines()) == 1, err
+
+
+def test_tracking_off_logs_nothing_and_imports_no_mlflow():
+    import subprocess
+    import sys
+
+    code = ("import sys; from lopd.core.config import resolve; from lopd.core.tracking import Tracker\n"
+            "with Tracker(resolve({'profile': 'smoke'}), 'unit') as t:\n"
+            "    t.log_metrics({'x': 1.0}, step=1)\n"
+            "assert not t.enabled and 'mlflow' not in sys.modules\n")
+    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "LOPD_MLFLOW_URI": "off"},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr

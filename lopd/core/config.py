@@ -443,7 +443,8 @@ class DataConfig:
 @dataclass
 class TrackingConfig:
     mlflow_uri: str = "sqlite:///~/.cache/lopd-suite/mlflow.db"
-    """MLflow tracking store; `~` is expanded so the path is absolute. Env LOPD_MLFLOW_URI overrides."""
+    """MLflow tracking store; `~` is expanded so the path is absolute; `off` logs nothing to MLflow. Env
+    LOPD_MLFLOW_URI overrides."""
     experiment_prefix: str = "lopd-suite"
     """Runs are grouped in one experiment per profile: `<prefix>-<profile>`."""
 

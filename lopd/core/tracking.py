@@ -23,6 +23,8 @@ from urllib.parse import urlsplit
 
 from lopd.core.config import REPO_ROOT, Config, mlflow_uri
 
+OFF = "off"
+"""`tracking.mlflow_uri: off` (or LOPD_MLFLOW_URI=off) logs nothing to MLflow; the JSON metrics files are unaffected."""
 _METRIC_NAME = re.compile(r"[^0-9A-Za-z_\-. :/]")
 _LOCK_TIMEOUT_S = 60  # bounds a wait on a stuck peer; the longest holder is the first-use schema migration
 _PROBE_TIMEOUT_S = 3
@@ -97,6 +99,9 @@ class Tracker:
 
     def _start(self, cfg: Config, stage: str) -> None:
         uri = mlflow_uri(cfg)
+        if uri == OFF:
+            self.enabled = False
+            return
         for key, value in _HTTP_DEFAULTS.items():  # a user's own setting wins
             os.environ.setdefault(key, value)
         probe_server(uri)
