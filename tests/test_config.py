@@ -165,3 +165,21 @@ def test_every_registered_method_has_a_params_section():
     raw = compose("cpu")
     assert set(registry.METHODS) <= set(raw)
     assert raw["baselines"] == registry.baseline_names() and raw["methods"] == list(registry.METHODS)
+
+
+def test_every_override_the_readme_documents_composes_and_validates():
+    """Each `-S key=value` in the README, composed as `dvc exp run` would (cpu profile), gives a valid config."""
+    import re
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    overrides = sorted({o for o in re.findall(r"-S (\S+?=[^\s`]+)", readme) if "…" not in o and o != "key=value"})
+    assert len(overrides) >= 15, overrides
+    envscaler = [o for o in overrides if o.startswith("agentic.envscaler_")]  # documented as a pair
+    for override in overrides:
+        key, value = override.split("=", 1)
+        if key == "profile":
+            cfg = build_config(compose(value))
+        else:
+            cfg = build_config(compose("cpu", envscaler if override in envscaler else [override]))
+        assert cfg.profile in PROFILES_NAMES, override
+    assert build_config(compose("cpu", ["train.lr=3e-6"])).train.lr == 3e-6

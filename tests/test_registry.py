@@ -85,3 +85,14 @@ def test_unregistered_names_are_refused():
         build_config({**raw, "baselines": [*raw["baselines"], "toy"]})
     with pytest.raises(ConfigError, match="unknown key 'toy'"):
         build_config({**raw, "toy": {"steps": 1}})
+
+
+def test_the_readme_method_table_lists_the_registry():
+    import re
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    table = readme[readme.index("| registry name | table label | file |"):].split("\n\n")[0]
+    rows = re.findall(r"^\| `(\w+)` \| ([^|]+) \| `([^`]+)` \|", table, re.M)
+    assert [(name, label.strip()) for name, label, _ in rows] == [(s.name, s.label) for s in registry.METHODS.values()]
+    for name, _, path in rows:
+        assert path == registry.METHODS[name].factory.split(":")[0].replace(".", "/") + ".py"
