@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from pathlib import Path
 
 from lopd.core import registry
 from lopd.core.config import REPO_ROOT

@@ -16,7 +16,7 @@ from lopd.core.config import REPO_ROOT, ConfigError, MethodConfig, build_config,
 from lopd.core.loop import train
 from lopd.core.methods import Method, PolicyOutputs
 from lopd.core.rollout import Task, single_turn
-from pipelines.common import DOMAINS, build_method
+from pipelines.common import build_method
 
 
 @dataclass
