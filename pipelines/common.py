@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from lopd.core import registry
+from lopd.core.checkpoint import MANIFEST, policy_dir
 from lopd.core.config import REPO_ROOT, Config, ConfigError, build_config, load_config
 from lopd.core.domain import Domain
+from lopd.core.models import check_model_dir
 
 if TYPE_CHECKING:
     from lopd.core.methods import Method
     from lopd.core.rollout import Rollouts, Task
-from lopd.core.checkpoint import MANIFEST, policy_dir
-from lopd.core.models import check_model_dir
 
 BASE_MODEL_DIR = REPO_ROOT / "models" / "base"
 BANK_DIR = REPO_ROOT / "bank"
