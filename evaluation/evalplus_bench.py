@@ -243,22 +243,20 @@ def _ensure_groundtruth(spec: _Spec, problem: dict, pkl: Path, meta: Path) -> di
     (reference times and pickle size)."""
     if meta.is_file() and pkl.is_file():
         return json.loads(meta.read_text())
-    if not pkl.is_file():
-        from evalplus.eval._special_oracle import MBPP_OUTPUT_NOT_NONE_TASKS
-        from evalplus.evaluate import get_groundtruth
+    # No meta (never built, or a build killed before it wrote the meta): build it. The host never unpickles
+    # the cached file; only the sandboxed harness reads it, with a restricted unpickler.
+    from evalplus.eval._special_oracle import MBPP_OUTPUT_NOT_NONE_TASKS
+    from evalplus.evaluate import get_groundtruth
 
-        pkl.parent.mkdir(parents=True, exist_ok=True)
-        # get_groundtruth writes os.path.join(CACHE_DIR, hashcode + ".pkl"); an absolute
-        # hashcode puts it here. A unique name, then an atomic rename, keeps racing writers safe.
-        tmp = pkl.with_name(f"{pkl.stem}.tmp-{os.getpid()}-{uuid.uuid4().hex}")
-        not_none = MBPP_OUTPUT_NOT_NONE_TASKS if spec.dataset == "mbpp" else []
-        with contextlib.redirect_stdout(io.StringIO()):
-            oracle = get_groundtruth({problem["task_id"]: problem}, str(tmp), not_none)
-        os.replace(f"{tmp}.pkl", pkl)
-        entry = oracle[problem["task_id"]]
-    else:
-        with open(pkl, "rb") as f:
-            entry = pickle.load(f)[problem["task_id"]]
+    pkl.parent.mkdir(parents=True, exist_ok=True)
+    # get_groundtruth writes os.path.join(CACHE_DIR, hashcode + ".pkl"); an absolute
+    # hashcode puts it here. A unique name, then an atomic rename, keeps racing writers safe.
+    tmp = pkl.with_name(f"{pkl.stem}.tmp-{os.getpid()}-{uuid.uuid4().hex}")
+    not_none = MBPP_OUTPUT_NOT_NONE_TASKS if spec.dataset == "mbpp" else []
+    with contextlib.redirect_stdout(io.StringIO()):
+        oracle = get_groundtruth({problem["task_id"]: problem}, str(tmp), not_none)
+    os.replace(f"{tmp}.pkl", pkl)
+    entry = oracle[problem["task_id"]]
     info = {
         "base_time": list(entry["base_time"]),
         "plus_time": list(entry["plus_time"]),

@@ -211,3 +211,21 @@ def test_evalplus_0_3_1_find_zero_bug(all_problems, gt_cache):
     completions = {"HumanEval/32": [fenced(canonical(problem, "humaneval_plus"))]}
     out = eb.score("humaneval_plus", {"HumanEval/32": problem}, completions, data_dir=DATA_DIR, cache_dir=gt_cache)
     assert out["per_task"]["HumanEval/32"]["status"] == ["base:fail"]
+
+
+def test_the_harness_unpickles_plain_data_and_refuses_code():
+    import collections
+    import pickle
+
+    from evaluation.harness.evalplus_check import loads
+
+    data = {"base": [[1, 2.5, complex(1, -2)], collections.Counter("abca")], "plus": ({1, 2}, frozenset("x"), None)}
+    for protocol in (3, pickle.HIGHEST_PROTOCOL):  # Python 3 protocols: what evalplus and the host write
+        assert loads(pickle.dumps(data, protocol=protocol)) == data
+
+    class Exploit:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+
+    with pytest.raises(pickle.UnpicklingError, match="refused posix.system"):
+        loads(pickle.dumps(Exploit()))

@@ -242,7 +242,7 @@ def _committed(out_dir: Path) -> tuple[str | None, str | None]:
 def _complete(step_dir: Path) -> Checkpoint | None:
     """The checkpoint in `step_dir` if its trainer state loads and every model file has its recorded size."""
     try:
-        state = torch.load(step_dir / TRAINER_STATE, weights_only=False)
+        state = torch.load(step_dir / TRAINER_STATE, weights_only=True)  # tensors and plain data only: no code runs
     except Exception:  # missing, empty or truncated: torch raises EOFError, RuntimeError, UnpicklingError, ...
         return None
     files = state.get("files") if isinstance(state, dict) else None
