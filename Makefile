@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: setup reproduce test smoke bench
+.PHONY: setup reproduce test smoke bench exps compare
 
 setup:
 	bash scripts/setup.sh
@@ -18,3 +18,12 @@ smoke: setup
 
 bench: setup
 	python scripts/bench_rollout.py
+
+# Compare experiments in a terminal: `dvc exp show --only-changed` without the hashes of re-run outputs, timings, CI
+# bounds and task counts (all still in the metrics files and in `dvc exp show`).
+exps: setup
+	dvc exp show --only-changed --drop '.*/.*|(bank|pool|bank_agentic|pool_agentic|lopd)$$|.*\.(wall_s|sampling_s|n_tasks|n_train_tasks)$$|.*_ci_(low|high)$$' $(ARGS)
+
+# Compare pipeline runs without the MLflow UI, e.g. `make compare ARGS="--stage train_lopd --metrics beta"`.
+compare: setup
+	python scripts/compare.py $(ARGS)

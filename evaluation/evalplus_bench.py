@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from evaluation.harness import evalplus_check
+from evaluation.stats import wilson_interval
 
 BENCHMARKS = ("humaneval_plus", "mbpp_plus")
 
@@ -425,7 +426,7 @@ def score(
 
 def summarize(benchmark: str, per_task: dict[str, dict[str, list]]) -> dict:
     """The score() dict from per-sample verdicts: pass@1 (percent) is the mean over tasks of
-    evalplus' unbiased estimate with the task's n samples, i.e. c/n."""
+    evalplus' unbiased estimate with the task's n samples, i.e. c/n, with its 95% Wilson interval over tasks."""
     import numpy as np
     from evalplus.eval import estimate_pass_at_k
 
@@ -434,11 +435,10 @@ def summarize(benchmark: str, per_task: dict[str, dict[str, list]]) -> dict:
     n = np.array([len(v["base"]) for v in per_task.values()])
     base_c = np.array([sum(v["base"]) for v in per_task.values()])
     plus_c = np.array([sum(v["plus"]) for v in per_task.values()])
-    return {
-        "benchmark": benchmark,
-        "n_tasks": len(per_task),
-        "n_samples_per_task": int(n.min()),  # the same n for every task in normal use
-        "pass@1_base": float(estimate_pass_at_k(n, base_c, 1).mean() * 100),
-        "pass@1_plus": float(estimate_pass_at_k(n, plus_c, 1).mean() * 100),
-        "per_task": per_task,
-    }
+    scores = {"benchmark": benchmark, "n_tasks": len(per_task), "n_samples_per_task": int(n.min())}  # same n in use
+    for tests, correct in (("base", base_c), ("plus", plus_c)):
+        rate = float(estimate_pass_at_k(n, correct, 1).mean())
+        low, high = wilson_interval(rate, len(per_task))
+        scores.update({f"pass@1_{tests}": rate * 100, f"pass@1_{tests}_ci_low": low * 100,
+                       f"pass@1_{tests}_ci_high": high * 100})
+    return {**scores, "per_task": per_task}

@@ -1,4 +1,4 @@
-"""Paper-style result tables built from the per-stage JSON metrics files (the source of truth).
+"""Paper-style result tables built from the evaluation summaries (the results files the evaluation stages write).
 
 Table 1 (tool use): EnvScaler | BFCL-v3 Base/Miss Func/Miss Param/Long Ctx/Avg | ACEBench M-Step/M-Turn/Avg,
 scores on a 0-100 scale. Table 2 (code): LiveCodeBench v5/v6/Avg and HumanEval+/MBPP+/Avg (pass@1 %,

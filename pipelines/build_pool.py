@@ -16,9 +16,8 @@ from baselines.pool import POOL_FILE, REFERENCE_SOLUTION, assemble_pool, render_
 from lopd.latent.retrieval import BANK_FILE
 from lopd.core.tracking import Tracker
 from pipelines.build_bank import evaluation_prompts
+from pipelines.common import DOMAIN_ARG, DOMAINS, for_domain, parse_args, record_metrics, stage_name
 from pipelines.domains.code import coding_tasks, coding_training_tasks
-from pipelines.common import (DOMAIN_ARG, DOMAINS, for_domain, parse_args,
-                              stage_name, write_json)
 
 
 def coding_references(cfg, tasks, covered) -> tuple[dict[str, list[str]], int]:
@@ -72,7 +71,7 @@ def main() -> None:
             passing, tried = (agentic_references(cfg, covered) if args.domain == "agentic"
                               else coding_references(cfg, coding_training_tasks(cfg)[0], covered))
         pool = assemble_pool(tasks, successes, passing, cfg.pool.fill_with_references)
-        users = [m for m in ("sdft", "opsd") if m in cfg.baselines]
+        users = [m for m in ("sdft", "opsd") if m in cfg.baseline_methods]
         if not pool and users:
             sys.exit(f"error: {stage}: no demonstration for any training task, but {' and '.join(users)} need "
                      "them (no base-model success in the bank, and pool.fill_with_references is off or no "
@@ -88,12 +87,11 @@ def main() -> None:
                    "from_base_model": sum(d.source != REFERENCE_SOLUTION for d in pool),
                    "from_references": sum(d.source == REFERENCE_SOLUTION for d in pool),
                    "references_tried": tried, "references_passed": sum(len(v) for v in passing.values()),
-                   "eval_overlap_check": f"n/a for {missing}" if missing else "passed",
+                   "eval_tasks_checked": len(eval_prompts),  # the overlap guard passed against these
                    "wall_s": round(time.perf_counter() - start, 1)}
-        path = domain.metrics / "pool.json"
-        write_json(path, summary)
-        tracker.log_metrics({k: v for k, v in summary.items() if isinstance(v, (int, float))})
-        tracker.log_artifact(path)
+        record_metrics(tracker, domain.metrics / "pool.json", stage, summary)
+    if missing:
+        print(f"warning: {stage}: evaluation-overlap check not run for {missing}", file=sys.stderr)
     print(f"pool: {len(pool)} demonstrations for {len(tasks)} tasks ({summary['from_base_model']} base-model, "
           f"{summary['from_references']} reference)")
 

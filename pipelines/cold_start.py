@@ -1,33 +1,35 @@
 """Stage `cold_start` (code) / `cold_start_agentic`: train the latent composer on a domain's experience bank
-(backbone frozen); writes phi_0 and the cached cold-start latents c_phi0 of every training task."""
+(backbone frozen); writes phi_0 and the cached cold-start latents c_phi0 of every training task, the run's metrics
+and its per-step NLL (a DVC plot)."""
 
 from __future__ import annotations
 
 import sys
 
+from lopd.core.tracking import Tracker
 from lopd.latent.cold_start import cold_start
 from lopd.latent.composer import FRAMINGS
-from lopd.core.tracking import Tracker
-from pipelines.common import (BASE_MODEL_DIR, DOMAIN_ARG, DOMAINS, for_domain, parse_args, stage_name,
+from pipelines.common import (BASE_MODEL_DIR, DOMAIN_ARG, DOMAINS, for_domain, parse_args, record_metrics, stage_name,
                               training_domain, write_json)
+
+METRIC_KEYS = ("n_examples", "steps", "nll_before", "nll_after", "wall_s")
 
 
 def main() -> None:
     args, cfg = parse_args(__doc__, domain=DOMAIN_ARG)
     cfg, domain = for_domain(cfg, args.domain), DOMAINS[args.domain]
     stage = stage_name("cold_start", args.domain)
-    with training_domain(cfg, args.domain) as (tasks, _, _), Tracker(cfg, stage) as tracker:
+    with Tracker(cfg, stage) as tracker, training_domain(cfg, args.domain) as (tasks, _, _):
         try:
             result = cold_start(cfg, BASE_MODEL_DIR, domain.bank, tasks, domain.composer, FRAMINGS[domain.name],
                                 tracker)
         except (OSError, ValueError) as err:
             sys.exit(f"error: {stage}: {err}")
-        result["summary"].update({"profile": cfg.profile, "seed": cfg.seed})
-        path = domain.metrics / "cold_start.json"
-        write_json(path, result)
-        tracker.log_metrics({k: v for k, v in result["summary"].items() if isinstance(v, (int, float))})
-        tracker.log_artifact(path)
-    s = result["summary"]
+        s = result["summary"]
+        write_json(domain.plots / "cold_start.json", result["history"])
+        record_metrics(tracker, domain.metrics / "cold_start.json", stage, {k: s[k] for k in METRIC_KEYS})
+    if "note" in s:
+        print(f"{stage}: {s['note']}")
     print(f"cold start: {s['n_examples']} examples, {s['steps']} steps, NLL {s['nll_before']} -> {s['nll_after']}")
 
 

@@ -19,6 +19,7 @@ from lopd.core.checkpoint import MANIFEST, policy_dir
 from lopd.core.config import REPO_ROOT, Config, ConfigError, build_config, load_config
 from lopd.core.domain import Domain
 from lopd.core.models import check_model_dir
+from lopd.core.tracking import Tracker, flatten
 
 if TYPE_CHECKING:
     from lopd.core.methods import Method
@@ -31,6 +32,7 @@ POOL_DIR = REPO_ROOT / "pool"
 CHECKPOINTS_DIR = REPO_ROOT / "checkpoints"
 METRICS_DIR = REPO_ROOT / "metrics"
 RESULTS_DIR = REPO_ROOT / "results"
+PLOTS_DIR = REPO_ROOT / "plots"
 
 
 def parse_args(description: str, **arguments: dict[str, Any]) -> tuple[argparse.Namespace, Config]:
@@ -48,10 +50,11 @@ def parse_args(description: str, **arguments: dict[str, Any]) -> tuple[argparse.
 
 
 DOMAINS = {
-    "code": Domain("code", BANK_DIR, POOL_DIR, COMPOSER_DIR, CHECKPOINTS_DIR, METRICS_DIR, RESULTS_DIR, 0.5),
+    "code": Domain("code", BANK_DIR, POOL_DIR, COMPOSER_DIR, CHECKPOINTS_DIR, METRICS_DIR, RESULTS_DIR, PLOTS_DIR,
+                   0.5),
     "agentic": Domain("agentic", REPO_ROOT / "bank_agentic", REPO_ROOT / "pool_agentic",
                       CHECKPOINTS_DIR / "agentic" / "composer", CHECKPOINTS_DIR / "agentic", METRICS_DIR / "agentic",
-                      RESULTS_DIR / "agentic", 0.9),
+                      RESULTS_DIR / "agentic", PLOTS_DIR / "agentic", 0.9),
 }
 
 
@@ -73,10 +76,16 @@ def stage_modules(module: str, method: str | None = None, domain: str | None = N
             *([registry.METHODS[method].factory.split(":")[0]] if method else [])]
 
 
-def stage_name(stage: str, domain: str, method: str | None = None) -> str:
-    """The DVC stage a CLI run stands for (its MLflow run name): `train@grpo`, `train_agentic@grpo`, ..."""
-    name = stage if domain == "code" else f"{stage}_{domain}"
-    return f"{name}@{method}" if method else name
+def stage_name(stage: str, domain: str = "code", method: str | None = None, benchmark: str | None = None) -> str:
+    """The name of the DVC stage a CLI run stands for (its MLflow run name and its metrics' namespace), as in
+    dvc.yaml: `build_bank`, `train@grpo`, `train_lopd` (a non-baseline method trains in its own stage),
+    `train_agentic@grpo`, `eval@grpo-humaneval_plus`, `eval_agentic@grpo`."""
+    suffix = "" if domain == "code" else f"_{domain}"
+    if method is None:
+        return f"{stage}{suffix}"
+    if stage == "train" and not registry.METHODS[method].baseline:
+        return f"train_{method}{suffix}"
+    return f"{stage}{suffix}@{method}" + (f"-{benchmark}" if benchmark else "")
 
 
 def trained_policy(domain: str, method: str) -> Path:
@@ -135,3 +144,30 @@ def build_method(name: str, cfg: Config, domain: str = "code") -> Method:
 def write_json(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def write_metrics(path: Path, stage: str, metrics: dict[str, Any]) -> dict[str, float]:
+    """Write a stage's DVC metrics file and return what was written, flattened (`envscaler.score`): numbers only,
+    possibly in nested sections (None, meaning not measured, is left out), under the stage's name, so every column
+    of `dvc exp show` has a short unique name (`train_lopd.beta`; DVC prefixes a name two files share with the
+    file's path)."""
+    def numbers(section: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+        out = {}
+        for key, value in section.items():
+            if isinstance(value, dict):
+                out[key] = numbers(value, f"{prefix}{key}.")
+            elif value is not None:
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise TypeError(f"{path}: metric {prefix}{key} must be a number, not {value!r}")
+                out[key] = value
+        return out
+
+    scalars = numbers(metrics)
+    write_json(path, {stage: scalars})
+    return flatten(scalars)
+
+
+def record_metrics(tracker: Tracker, path: Path, stage: str, metrics: dict[str, Any]) -> None:
+    """Write a stage's metrics file (`write_metrics`) and log the same numbers and the file to its MLflow run."""
+    tracker.log_metrics(write_metrics(path, stage, metrics))
+    tracker.log_artifact(path)

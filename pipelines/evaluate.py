@@ -1,4 +1,5 @@
-"""Stage `eval@<method>x<benchmark>`: sample from a trained policy and score it with the official harness."""
+"""Stage `eval@<method>-<benchmark>`: sample from a trained policy and score it with the official harness. Writes
+pass@1 with its 95% CI (metrics), and every completion with its verdicts and the full summary (results)."""
 
 from __future__ import annotations
 
@@ -9,19 +10,25 @@ from evaluation import evalplus_bench
 from lopd.core.rollout import encode_prompt, make_backend, sampling_params
 from lopd.core.models import load_tokenizer
 from lopd.core.tracking import Tracker
-from pipelines.common import METRICS_DIR, RESULTS_DIR, parse_args, trained_policy, write_json
+from pipelines.common import DOMAINS, parse_args, record_metrics, stage_name, trained_policy, write_json
+
+METRICS = {"pass@1": "pass@1_plus", "pass@1_ci_low": "pass@1_plus_ci_low", "pass@1_ci_high": "pass@1_plus_ci_high",
+           "pass@1_base": "pass@1_base", "n_tasks": "n_tasks"}
+"""What DVC shows of an evaluation (metric name -> summary key; pass@1 on EvalPlus+ tests with its 95% CI, in
+percent). Timings, token counts and the base tests' CI are in the results file."""
 
 
 def main() -> None:
     args, cfg = parse_args(__doc__, method={"required": True}, benchmark={"required": True,
                            "choices": evalplus_bench.BENCHMARKS})
-    model_dir = trained_policy("code", args.method)
-    data_dir = cfg.data.shared_path("evalplus")
-    try:
-        problems = evalplus_bench.load_problems(args.benchmark, data_dir, limit=cfg.eval.task_limit)
-    except (OSError, ValueError, evalplus_bench.EvalPlusDataUnavailable) as err:
-        sys.exit(f"error: {err}")
-    with Tracker(cfg, f"eval@{args.method}x{args.benchmark}") as tracker:
+    stage = stage_name("eval", "code", args.method, args.benchmark)
+    with Tracker(cfg, stage) as tracker:
+        model_dir = trained_policy("code", args.method)
+        data_dir = cfg.data.shared_path("evalplus")
+        try:
+            problems = evalplus_bench.load_problems(args.benchmark, data_dir, limit=cfg.eval.task_limit)
+        except (OSError, ValueError, evalplus_bench.EvalPlusDataUnavailable) as err:
+            sys.exit(f"error: {err}")
         tokenizer = load_tokenizer(model_dir)
         backend = make_backend(model_dir, tokenizer, cfg, cfg.eval.batch_size)
         task_ids = [tid for tid in problems for _ in range(cfg.eval.n_samples)]
@@ -42,13 +49,12 @@ def main() -> None:
                         "task_limit": cfg.eval.task_limit, "max_new_tokens": cfg.eval.max_new_tokens,
                         "generated_tokens": sum(len(o.token_ids) for o in outputs),
                         "sampling_s": round(sampling_s, 1), "scoring_s": round(scoring_s, 1)})
-        metrics_path = METRICS_DIR / "eval" / args.method / f"{args.benchmark}.json"
-        write_json(metrics_path, summary)
-        results_path = RESULTS_DIR / "eval" / args.method / f"{args.benchmark}.json"
+        results_path = DOMAINS["code"].results / "eval" / args.method / f"{args.benchmark}.json"
         write_json(results_path, {"summary": summary, "per_task": {
             tid: {**scored["per_task"][tid], "completions": completions[tid]} for tid in problems}})
-        tracker.log_metrics({k: v for k, v in summary.items() if isinstance(v, (int, float))})
-        tracker.log_artifact(metrics_path)
+        tracker.log_metrics({k: summary[k] for k in ("generated_tokens", "sampling_s", "scoring_s")})
+        record_metrics(tracker, DOMAINS["code"].metrics / "eval" / args.method / f"{args.benchmark}.json", stage,
+                       {name: summary[key] for name, key in METRICS.items()})
     print(f"{args.method} on {args.benchmark}: pass@1 {summary['pass@1_plus']:.2f} (base {summary['pass@1_base']:.2f})")
 
 

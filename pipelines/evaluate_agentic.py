@@ -1,6 +1,7 @@
 """Stage `eval_agentic@<method>`: play a trained agentic policy on every agentic benchmark (EnvScaler-format
-test split, BFCL-v3 multi-turn x4, ACEBench agent x2) and write one metrics file per benchmark with its score
-and the behaviour metrics of the paper's Table 3. Missing data gives an "n/a" metrics file, never a crash."""
+test split, BFCL-v3 multi-turn x4, ACEBench agent x2). Writes one metrics file with each benchmark's score and its
+95% CI, and per benchmark a results file with the summary (the behaviour metrics of the paper's Table 3 too) and
+every episode. Missing data gives an "n/a" summary and n_tasks 0, never a crash."""
 
 from __future__ import annotations
 
@@ -11,13 +12,17 @@ from statistics import mean
 
 from evaluation.agentic.acebench.user_simulator import LocalModelUser, OpenAICompatibleUser
 from evaluation.agentic.benchmarks import load_benchmark
+from lopd.core.config import resolve_model
 from lopd.core.models import load_tokenizer
 from lopd.core.multiturn import run_episodes
 from lopd.core.rollout import make_backend, sampling_params
 from lopd.core.tracking import Tracker
 from lopd.core.trajectory import BEHAVIOUR_KEYS, Trajectory
-from pipelines.common import BASE_MODEL_DIR, DOMAINS, parse_args, trained_policy, write_json
+from evaluation.stats import wilson_interval
+from pipelines.common import BASE_MODEL_DIR, DOMAINS, parse_args, record_metrics, stage_name, trained_policy, write_json
 
+SCORE_KEYS = ("score", "score_ci_low", "score_ci_high", "n_tasks")
+"""What DVC shows per benchmark (score 0-100 with its 95% CI); behaviour and timings are in the results files."""
 EXTRA_SCORES = ("end_to_end", "process")
 """Per-episode scores a benchmark may add to its reward (ACEBench), averaged into the summary."""
 
@@ -29,7 +34,7 @@ def user_simulator(cfg):
     if a.user_base_url:
         return OpenAICompatibleUser(a.user_base_url, a.user_model or "default", a.user_api_key_env,
                                     max_tokens=a.user_max_tokens)
-    model = a.user_model or BASE_MODEL_DIR
+    model = resolve_model(a.user_model) if a.user_model else BASE_MODEL_DIR
     tokenizer = load_tokenizer(model)
     return LocalModelUser(make_backend(model, tokenizer, cfg, 1), tokenizer, sampling_params(cfg, a.user_max_tokens),
                           seed=cfg.seed)
@@ -40,7 +45,9 @@ def summarise(trajectories) -> dict:
     failed lacks the benchmark's extra scores and counts 0 there, as in its reward."""
     if not trajectories:
         return {"note": "n/a: the benchmark has no tasks", "n_tasks": 0}
-    out = {"score": 100 * mean(t.reward for t in trajectories), "reward_mean": mean(t.reward for t in trajectories),
+    reward = mean(t.reward for t in trajectories)
+    low, high = wilson_interval(reward, len(trajectories))
+    out = {"score": 100 * reward, "score_ci_low": 100 * low, "score_ci_high": 100 * high, "reward_mean": reward,
            "n_tasks": len(trajectories)}
     episodes = [t.behaviour for t in trajectories]
     out.update({key: mean(getattr(b, key) for b in episodes) for key in BEHAVIOUR_KEYS})
@@ -72,9 +79,10 @@ def episode_record(t: Trajectory) -> dict:
 def main() -> None:
     args, cfg = parse_args(__doc__, method={"required": True})
     domain = DOMAINS["agentic"]
-    model_dir = trained_policy("agentic", args.method)
     a = cfg.agentic
-    with Tracker(cfg, f"eval_agentic@{args.method}") as tracker:
+    stage = stage_name("eval", "agentic", args.method)
+    with Tracker(cfg, stage) as tracker:
+        model_dir = trained_policy("agentic", args.method)
         tokenizer = load_tokenizer(model_dir)
         backend = make_backend(model_dir, tokenizer, cfg, cfg.eval.batch_size)
         # Only ACEBench multi-turn talks to a simulated user; a local one is a second model in memory.
@@ -83,6 +91,7 @@ def main() -> None:
         except OSError as err:  # its local model is not there
             sys.exit(f"error: ACEBench simulated user: {err}")
         params = sampling_params(cfg, a.max_step_tokens)
+        scores = {}
         for name in a.benchmarks:
             start = time.perf_counter()
             summary = {"method": args.method, "benchmark": name, "profile": cfg.profile, "seed": cfg.seed,
@@ -90,7 +99,7 @@ def main() -> None:
             try:
                 bench = load_benchmark(cfg, name, user)
             except (OSError, ValueError, ImportError) as err:  # data or package missing: say so, run the rest
-                summary["note"] = f"n/a: {str(err).splitlines()[0]}"
+                summary.update({"note": f"n/a: {str(err).splitlines()[0]}", "n_tasks": 0})
                 trajectories = []
             else:
                 try:
@@ -104,14 +113,13 @@ def main() -> None:
                     bench.close()
                 summary.update({"data": bench.source, "max_steps": bench.max_steps, **summarise(trajectories)})
             summary["wall_s"] = round(time.perf_counter() - start, 1)
-            metrics_path = domain.metrics / "eval" / args.method / f"{name}.json"
-            write_json(metrics_path, summary)
-            write_json(domain.results / "eval" / args.method / f"{name}.json", {"summary": summary, "episodes": [
-                episode_record(t) for t in trajectories]})
+            results_path = domain.results / "eval" / args.method / f"{name}.json"
+            write_json(results_path, {"summary": summary, "episodes": [episode_record(t) for t in trajectories]})
             tracker.log_metrics({f"{name}.{k}": v for k, v in summary.items() if isinstance(v, (int, float))})
-            tracker.log_artifact(metrics_path)
+            scores[name] = {k: summary[k] for k in SCORE_KEYS if k in summary}
             print(f"{args.method} on {name}: {summary.get('score', summary.get('note'))} "
                   f"({summary['wall_s']}s)", flush=True)
+        record_metrics(tracker, domain.metrics / "eval" / f"{args.method}.json", stage, scores)
 
 
 if __name__ == "__main__":

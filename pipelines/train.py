@@ -1,35 +1,58 @@
-"""Stage `train@<method>` (code) / `train_agentic@<method>`: run the shared on-policy loop for one method on a
-domain's training split (TACO-style coding, or EnvScaler-format tool use)."""
+"""Stage `train@<method>` / `train_<method>` (code) and `train_agentic@<method>` / `train_<method>_agentic`: run the
+shared on-policy loop for one method on a domain's training split (TACO-style coding, or EnvScaler-format tool use).
+Writes the run's summary metrics, its per-step history (a DVC plot) and a PNG of its training curves."""
 
 from __future__ import annotations
 
 import sys
 import time
+from statistics import mean
 
+from evaluation.figures import draw_curves
 from lopd.core.loop import MethodInputError, train
 from lopd.core.tracking import Tracker
-from pipelines.common import (BASE_MODEL_DIR, DOMAIN_ARG, DOMAINS, build_method, for_domain, parse_args, stage_modules,
-                              stage_name, training_domain, write_json)
+from pipelines.common import (BASE_MODEL_DIR, DOMAIN_ARG, DOMAINS, build_method, for_domain, parse_args,
+                              record_metrics, stage_modules, stage_name, training_domain, write_json)
+
+FINAL_VALUES = {"kl_final": "kl_mean", "delta_final": "privilege_margin", "beta_final": "beta_next"}
+"""Summary name -> the per-step key whose last value it reports, for the methods that log it (Δ and β: LOPD). The
+names differ from the per-step keys, which the stage's MLflow run also holds."""
+
+
+def train_summary(history: list[dict]) -> dict[str, float]:
+    """The run's scalars for DVC and MLflow: reward at the last step and averaged over steps, rollouts used, and
+    the last step's distillation KL, privileged margin Δ and dual β (after the step) where the method has them."""
+    if not history:
+        return {"rollouts": 0}
+    last = history[-1]
+    return {"reward_final": last["reward"], "reward_mean": mean(h["reward"] for h in history),
+            "rollouts": last["cumulative_rollouts"],
+            **{name: last[key] for name, key in FINAL_VALUES.items() if key in last}}
 
 
 def main() -> None:
     args, cfg = parse_args(__doc__, method={"required": True, "help": "method name, e.g. grpo"}, domain=DOMAIN_ARG)
     cfg, domain = for_domain(cfg, args.domain), DOMAINS[args.domain]
     method = build_method(args.method, cfg, args.domain)
-    with (training_domain(cfg, args.domain) as (tasks, collect, source),
-          Tracker(cfg, stage_name("train", args.domain, method.name)) as tracker):
+    stage = stage_name("train", args.domain, method.name)
+    with (Tracker(cfg, stage, system_metrics=True) as tracker,
+          training_domain(cfg, args.domain) as (tasks, collect, source)):
         start = time.perf_counter()
         try:
             result = train(cfg, method, tasks, collect, BASE_MODEL_DIR, domain.checkpoints / method.name, tracker,
                            stage_modules("pipelines.train", domain=args.domain))
         except (FileNotFoundError, MethodInputError) as err:  # a missing upstream output: say which stage to run
             sys.exit(f"error: {err}")
-        result["summary"].update({"profile": cfg.profile, "seed": cfg.seed, "domain": args.domain, "data": source,
-                                  "n_train_tasks": len(tasks), "wall_s": round(time.perf_counter() - start, 1)})
-        path = domain.metrics / "train" / f"{method.name}.json"
-        write_json(path, result)
-        tracker.log_artifact(path)
-    print(f"wrote {path}")
+        history = result["history"]
+        summary = {**train_summary(history), "n_train_tasks": len(tasks), "wall_s": round(time.perf_counter() - start, 1)}
+        history_path = domain.plots / "train" / f"{method.name}.json"
+        write_json(history_path, history)
+        figure = history_path.with_suffix(".png")
+        draw_curves({method.name: history}, figure, f"{stage} ({cfg.profile} profile, {source})")
+        for path in (history_path, figure):
+            tracker.log_artifact(path)
+        record_metrics(tracker, domain.metrics / "train" / f"{method.name}.json", stage, summary)
+    print(f"wrote {domain.metrics / 'train' / f'{method.name}.json'}, {history_path} and {figure}")
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ def main() -> None:
         "sampler_speedup_over_generate": round((sampled / sampler_s) / (generated / generate_s), 2),
         "grpo_step": {"rollouts": cfg.train.rollouts_per_step, "sampling_s": round(step["time_sampling_s"], 2),
                       "reward_s": round(step["time_reward_s"], 2), "update_s": round(step["time_update_s"], 2),
-                      "response_tokens_mean": round(step["response_tokens_mean"], 1),
+                      "completions/mean_length": round(step["completions/mean_length"], 1),
                       "trained_fraction": step["trained_fraction"]},
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -230,7 +230,7 @@ def test_resumed_ema_run_equals_an_uninterrupted_one(tiny_model_dir, pool_path, 
     ({"sdft": {"ema_rate": 0}}, "sdft.ema_rate: must be in (0, 1]"),
     ({"skill_sd": {"group_size": 3}}, "must be a multiple of skill_sd.group_size (3)"),
     ({"opsd": {"steps": -1}}, "opsd.steps: must be >= 0 or null"),
-    ({"baselines": ["vanilla", "sdpx"]}, "baselines: unknown baseline 'sdpx'"),
+    ({"baseline_methods": ["vanilla", "sdpx"]}, "baseline_methods: unknown baseline 'sdpx'"),
 ])
 def test_bad_baseline_config_is_a_one_line_error(raw, message):
     with pytest.raises(ConfigError) as err:

@@ -1,10 +1,12 @@
 """Config: params.yaml is DVC's Hydra composition of conf/ and is read as it is, so what is recorded is what ran."""
 
+from pathlib import Path
+
 import pytest
 
 from lopd.core import registry
 from lopd.core.config import (CONF_DIR, PROFILES_NAMES, REPO_ROOT, Config, ConfigError, build_config, compose,
-                              load_config, read_yaml, resolve)
+                              load_config, mlflow_uri, read_yaml, resolve, resolve_model, resolve_path)
 
 
 def test_repo_params_are_the_default_composition():
@@ -54,8 +56,8 @@ def test_paper_values_are_the_defaults():
     ({"margin": "big"}, "margin: expected a number"),
     ({"latent_tokens": 0}, "latent_tokens: must be >= 1"),
     ({"n_ret": 2.5}, "n_ret: expected int"),
-    ({"baselines": ["vanilla", "lopd"]}, "baselines: unknown baseline 'lopd'"),
-    ({"baselines": ["vanilla"], "methods": ["vanilla", "grpo"]}, "methods: 'grpo' is evaluated but not trained"),
+    ({"baseline_methods": ["vanilla", "lopd"]}, "baseline_methods: unknown baseline 'lopd'"),
+    ({"baseline_methods": ["vanilla"], "methods": ["vanilla", "grpo"]}, "methods: 'grpo' is evaluated but not trained"),
     ({"lopd": {"top_m": 0}}, "lopd.top_m"),
     ({"lopd": {"steps": -1}}, "lopd.steps"),
     ({"bank": {"success_threshold": 2}}, "bank.success_threshold"),
@@ -164,7 +166,7 @@ def test_override_of_an_unknown_key_is_refused_by_the_composition():
 def test_every_registered_method_has_a_params_section():
     raw = compose("cpu")
     assert set(registry.METHODS) <= set(raw)
-    assert raw["baselines"] == registry.baseline_names() and raw["methods"] == list(registry.METHODS)
+    assert raw["baseline_methods"] == registry.baseline_names() and raw["methods"] == list(registry.METHODS)
 
 
 def test_every_override_the_readme_documents_composes_and_validates():
@@ -183,3 +185,19 @@ def test_every_override_the_readme_documents_composes_and_validates():
             cfg = build_config(compose("cpu", envscaler if override in envscaler else [override]))
         assert cfg.profile in PROFILES_NAMES, override
     assert build_config(compose("cpu", ["train.lr=3e-6"])).train.lr == 3e-6
+
+
+def test_relative_paths_in_params_resolve_against_the_repository_dvc_runs_in(monkeypatch, tmp_path):
+    """A queued experiment runs in a temporary copy (.dvc/tmp/exps/...), with DVC_ROOT pointing at the repository it
+    was queued from: relative params paths must mean the same folders there as in the workspace."""
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    assert resolve_path("../shared/data") == REPO_ROOT / "../shared/data"
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path / "repo"))
+    cfg = resolve({"data": {"shared_dir": "../shared/data"}})
+    assert cfg.data.shared_path("evalplus") == tmp_path / "repo" / "../shared/data" / "evalplus"
+    assert resolve_path("/abs/file.json") == Path("/abs/file.json")
+    assert resolve_path("~/x") == Path.home() / "x"
+    assert resolve_model("./models/mine") == str(tmp_path / "repo" / "models" / "mine")
+    assert resolve_model("Qwen/Qwen3-4B") == "Qwen/Qwen3-4B" and resolve_model("smollm2-135m") == "smollm2-135m"
+    monkeypatch.setenv("LOPD_MLFLOW_URI", "sqlite:///mlruns/mlflow.db")
+    assert mlflow_uri(cfg) == f"sqlite:///{tmp_path / 'repo' / 'mlruns' / 'mlflow.db'}"

@@ -84,3 +84,18 @@ def test_the_static_scan_finds_everything_a_stage_imports(stage: str):
     assert proc.returncode == 0, proc.stderr[-2000:]
     loaded = set(json.loads(proc.stdout.splitlines()[-1]))
     assert loaded and loaded <= stage_code(cmd), sorted(loaded - stage_code(cmd))
+
+
+def test_every_stage_names_itself_as_dvc_does():
+    """A stage's MLflow run name and metrics namespace (pipelines.common.stage_name) are its DVC stage name."""
+    import shlex
+
+    from pipelines.common import stage_name
+
+    kinds = {"evaluate": "eval", "evaluate_agentic": "eval"}
+    for name, cmd, _ in STAGES:
+        argv = shlex.split(cmd)
+        module = argv[argv.index("-m") + 1].removeprefix("pipelines.")
+        option = lambda flag: argv[argv.index(flag) + 1] if flag in argv else None  # noqa: E731
+        domain = "agentic" if module == "evaluate_agentic" else option("--domain") or "code"
+        assert stage_name(kinds.get(module, module), domain, option("--method"), option("--benchmark")) == name

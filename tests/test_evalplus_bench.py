@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from evaluation import evalplus_bench as eb
+from evaluation.stats import wilson_interval
 
 SHARED = Path(os.environ.get("LOPD_SHARED_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
 DATA_DIR = SHARED / "evalplus"
@@ -96,6 +97,8 @@ def test_pass_at_1_is_mean_of_per_task_fractions():
     assert out["n_tasks"] == 3 and out["n_samples_per_task"] == 2
     assert out["pass@1_base"] == pytest.approx((1 / 2 + 3 / 3 + 0) / 3 * 100)
     assert out["pass@1_plus"] == pytest.approx((0 + 2 / 3 + 0) / 3 * 100)
+    low, high = wilson_interval(out["pass@1_plus"] / 100, 3)  # 95% CI over the 3 tasks, in percent
+    assert (out["pass@1_plus_ci_low"], out["pass@1_plus_ci_high"]) == pytest.approx((100 * low, 100 * high))
 
 
 def test_fast_sanitizer_matches_evalplus_sanitize():

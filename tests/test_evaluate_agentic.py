@@ -2,6 +2,7 @@
 
 import json
 
+from evaluation.stats import wilson_interval
 from lopd.core.trajectory import EpisodeBehaviour, Trajectory, Turn
 from pipelines.evaluate_agentic import episode_record, summarise
 
@@ -20,6 +21,8 @@ def test_summary_means_and_extra_scores():
                 _episode(0.5, 0, 2, {"end_to_end": 0.0, "process": 0.5})]
     out = summarise(episodes)
     assert out["score"] == 75.0 and out["reward_mean"] == 0.75 and out["n_tasks"] == 2
+    low, high = wilson_interval(0.75, 2)  # the score's 95% CI over the 2 episodes, on its 0-100 scale
+    assert (out["score_ci_low"], out["score_ci_high"]) == (100 * low, 100 * high)
     assert out["steps"] == 3 and out["tool_calls_mean"] == 1 and out["tool_calls_per_step"] == 0.25
     assert out["reward_per_tool_call"] == (0.5 + 0.5) / 2
     assert out["end_to_end"] == 50.0 and out["process"] == 75.0

@@ -1,13 +1,15 @@
 import json
+import math
 
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers import AutoConfig
 
 from baselines.grpo import GRPO
 from lopd.core.config import resolve
 from lopd.core.checkpoint import policy_dir
-from lopd.core.loop import tasks_for_step, train
+from lopd.core.loop import reward_metrics, tasks_for_step, train
 from lopd.core.rollout import Task, single_turn
 from baselines.vanilla import Vanilla
 
@@ -37,8 +39,22 @@ def test_grpo_updates_weights_and_resume_equals_uninterrupted_run(tiny_model_dir
     assert any(not torch.equal(a[k], base[k]) for k in a), "GRPO must change the weights"
     for k in a:
         assert torch.allclose(a[k], b[k], atol=1e-7), k
-    assert [h["reward_mean"] for h in straight["history"]] == [h["reward_mean"] for h in resumed["history"]]
+    assert [h["reward"] for h in straight["history"]] == [h["reward"] for h in resumed["history"]]
     assert straight["history"][-1]["cumulative_rollouts"] == 16
+    # TRL GRPOTrainer's metric names; num_tokens is cumulative and carries across the resume
+    first, last = straight["history"]
+    assert [h["num_tokens"] for h in straight["history"]] == [h["num_tokens"] for h in resumed["history"]]
+    assert 0 < first["num_tokens"] < last["num_tokens"]
+    assert first["num_tokens"] >= 8 * first["completions/mean_length"]
+    for h in straight["history"]:
+        assert h["completions/min_length"] <= h["completions/mean_length"] <= h["completions/max_length"]
+        assert 0 <= h["completions/clipped_ratio"] <= 1 and 0 <= h["frac_reward_zero_std"] <= 1
+        assert h["reward_std"] >= 0 and h["learning_rate"] == _cfg(2).train.lr
+        assert not {"reward_mean", "response_tokens_mean", "stop_rate"} & h.keys()
+        if h["trained_fraction"] > 0:  # computed over the trajectories that ran a forward pass
+            assert 0 < h["entropy"] <= math.log(AutoConfig.from_pretrained(tiny_model_dir).vocab_size) + 1e-4
+            assert {"clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"} <= h.keys()
+    assert any(h["trained_fraction"] > 0 for h in straight["history"])
     # the checkpoint is a plain transformers folder
     from transformers import AutoModelForCausalLM
     AutoModelForCausalLM.from_pretrained(policy_dir(tmp_path / "a", tiny_model_dir))
@@ -76,6 +92,23 @@ def test_vanilla_checkpoint_points_at_base(tiny_model_dir, tmp_path):
     assert policy_dir(tmp_path / "v", tiny_model_dir) == tiny_model_dir
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         policy_dir(tmp_path / "missing", tiny_model_dir)
+
+
+def test_reward_metrics_match_trl():
+    """reward_std is Bessel-corrected (TRL's nanstd); a group with one rollout or equal rewards has zero std."""
+    from lopd.core.trajectory import Trajectory, Turn
+
+    def traj(reward, group):
+        return Trajectory("t", [Turn([1], [2], [-1.0])], reward=reward, group=group)
+
+    rewards, groups = [1.0, 0.0, 1.0, 0.5, 0.5, 0.2], [0, 0, 1, 2, 2, 3]
+    got = reward_metrics([traj(r, g) for r, g in zip(rewards, groups)])
+    mean = sum(rewards) / len(rewards)
+    assert got["reward"] == pytest.approx(mean)
+    assert got["reward_std"] == pytest.approx(math.sqrt(sum((r - mean) ** 2 for r in rewards) / (len(rewards) - 1)))
+    assert got["frac_reward_zero_std"] == pytest.approx(3 / 4)  # groups 1 (one rollout), 2 (equal), 3 (one)
+    one = reward_metrics([traj(0.7, 0)])
+    assert one == {"reward": pytest.approx(0.7), "reward_std": 0.0, "frac_reward_zero_std": 1.0}
 
 
 def test_tasks_for_step_covers_each_epoch_once():

@@ -25,9 +25,8 @@ def test_unknown_param_is_a_one_line_error(tmp_path):
 def test_missing_training_data_file_is_a_one_line_error(tmp_path):
     params = _params(tmp_path, f"data.taco_path={tmp_path / 'nope.jsonl'}")
     proc = _run_stage("pipelines.train", "--params", str(params), "--method", "grpo")
-    assert proc.returncode != 0
-    last = proc.stderr.strip().splitlines()
-    assert len(last) == 1 and last[0].startswith("error: training tasks:") and "nope.jsonl" in last[0]
+    last = _error(proc)  # after the stage's MLflow run started (and ended FAILED)
+    assert last.startswith("error: training tasks:") and "nope.jsonl" in last
 
 
 def _run_isolated(module, root, *args):
@@ -38,11 +37,12 @@ def _run_isolated(module, root, *args):
             "c.BASE_MODEL_DIR = root / 'models' / 'base'\n"
             "for name, d in list(c.DOMAINS.items()):\n"
             "    c.DOMAINS[name] = dataclasses.replace(d, **{f: root / name / f for f in\n"
-            "        ('bank', 'pool', 'composer', 'checkpoints', 'metrics', 'results')})\n"
+            "        ('bank', 'pool', 'composer', 'checkpoints', 'metrics', 'results', 'plots')})\n"
             "c.BANK_DIR, c.POOL_DIR, c.COMPOSER_DIR = (c.DOMAINS['code'].bank, c.DOMAINS['code'].pool,\n"
             "                                          c.DOMAINS['code'].composer)\n"
-            "c.CHECKPOINTS_DIR, c.METRICS_DIR, c.RESULTS_DIR = (c.DOMAINS['code'].checkpoints,\n"
-            "                                                  c.DOMAINS['code'].metrics, c.DOMAINS['code'].results)\n"
+            "c.CHECKPOINTS_DIR, c.METRICS_DIR, c.RESULTS_DIR, c.PLOTS_DIR = (\n"
+            "    c.DOMAINS['code'].checkpoints, c.DOMAINS['code'].metrics, c.DOMAINS['code'].results,\n"
+            "    c.DOMAINS['code'].plots)\n"
             f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n")
     return subprocess.run([sys.executable, "-c", code, str(root), *args], cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=300)

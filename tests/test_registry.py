@@ -47,7 +47,7 @@ def toy(monkeypatch):
     monkeypatch.setitem(registry.METHODS, "toy", registry.MethodSpec("toy", "Toy", ToyConfig, "test_registry:Toy"))
     raw = compose("smoke")
     raw["toy"] = {"steps": 1, "weight": 0.5}
-    raw["baselines"] = [*raw["baselines"], "toy"]
+    raw["baseline_methods"] = [*raw["baseline_methods"], "toy"]
     raw["methods"] = [*raw["methods"], "toy"]
     return raw
 
@@ -81,8 +81,8 @@ def test_the_dvc_matrix_reads_the_registered_names(toy, tmp_path):
 
 def test_unregistered_names_are_refused():
     raw = compose("smoke")
-    with pytest.raises(ConfigError, match="baselines: unknown baseline 'toy'"):
-        build_config({**raw, "baselines": [*raw["baselines"], "toy"]})
+    with pytest.raises(ConfigError, match="baseline_methods: unknown baseline 'toy'"):
+        build_config({**raw, "baseline_methods": [*raw["baseline_methods"], "toy"]})
     with pytest.raises(ConfigError, match="unknown key 'toy'"):
         build_config({**raw, "toy": {"steps": 1}})
 

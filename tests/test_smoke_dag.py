@@ -1,4 +1,6 @@
-"""End to end: `dvc exp run -S profile=smoke` on a copy of the repository produces the tool-use and code tables."""
+"""End to end on a copy of the repository: a fresh clone dry-runs; `dvc exp run -S profile=smoke` produces the tables,
+metrics DVC can show and plots; a queued sweep re-runs exactly the branches it changes and logs one MLflow parent run
+per experiment; a DVC remote restores the results in a new clone; code changes mark and re-train the right stages."""
 
 import json
 import os
@@ -6,16 +8,17 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import mlflow
 import pytest
-import yaml
 
 from lopd.core.config import REPO_ROOT
 
 SHARED = Path(os.environ.get("LOPD_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 IGNORE = shutil.ignore_patterns(".venv", ".git", "models", "checkpoints", "bank", "pool", "bank_agentic", "pool_agentic",
-                                "results", "metrics", "cache", "tmp",
+                                "results", "metrics", "plots", "cache", "tmp",
                                 "__pycache__", ".pytest_cache", ".hypothesis")
 
 
@@ -25,8 +28,12 @@ IGNORE = shutil.ignore_patterns(".venv", ".git", "models", "checkpoints", "bank"
 # `dvc exp run -S profile=smoke` itself runs all seven methods.
 BASELINES = ["sdpo"]
 ROWS = ["SDPO", "LOPD"]
-SMOKE = ["-S", "profile=smoke", "-S", f"data.shared_dir={SHARED}", "-S", f"baselines={BASELINES}",
-         "-S", f"methods={[*BASELINES, 'lopd']}"]
+LOPD_BRANCH = {"train_lopd", "eval@lopd-humaneval_plus", "eval@lopd-mbpp_plus", "train_lopd_agentic", "eval_agentic@lopd",
+               "report"}
+SDPO_BRANCH = {"train@sdpo", "eval@sdpo-humaneval_plus", "eval@sdpo-mbpp_plus", "train_agentic@sdpo",
+               "eval_agentic@sdpo", "report"}
+SWEEP = {"margin-002": (["-S", "margin=0.02"], LOPD_BRANCH), "sdpo-ema-01": (["-S", "sdpo.ema_rate=0.1"], SDPO_BRANCH)}
+"""Two queued experiments, an LOPD and a baseline ablation: each re-runs exactly its branch."""
 
 
 def _run(cmd, cwd, env):
@@ -41,13 +48,22 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     repo = tmp_path / "repo"
     shutil.copytree(REPO_ROOT, repo, ignore=IGNORE)
     (repo / "dvc.lock").unlink(missing_ok=True)
-    # MLflow off (~3 s per stage): the tracker is tested on real stores in test_tracking.py and test_config.py
+    # MLflow off (~3 s per stage) except for the queued sweep, which checks the run hierarchy on a real store
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "LOPD_MLFLOW_URI": "off",
            "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    # a relative data path, as in conf/: it must resolve against the repository, also in a queued run's temp copy
+    smoke = ["-S", "profile=smoke", "-S", f"data.shared_dir={os.path.relpath(SHARED, repo)}",
+             "-S", f"baseline_methods={BASELINES}", "-S", f"methods={[*BASELINES, 'lopd']}"]
     _run(["git", "init", "-q"], repo, env)
     _run(["git", "add", "-A"], repo, env)
     _run(["git", "commit", "-qm", "copy"], repo, env)
-    _run(["dvc", "exp", "run", *SMOKE], repo, env)
+
+    # a fresh clone has no outputs: the dry run lists every stage and runs nothing (see README on DVC's plain --dry)
+    stages = set(_run(["dvc", "stage", "list", "--name-only"], repo, env).split())
+    dry = _run(["dvc", "repro", "--dry", "--force-downstream"], repo, env)
+    assert set(re.findall(r"Running stage '([^']+)'", dry)) == stages and not (repo / "models").exists()
+
+    _run(["dvc", "exp", "run", *smoke], repo, env)
 
     table = (repo / "reports" / "tables" / "code_results.md").read_text()
     rows = [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ") and "---" not in line]
@@ -55,39 +71,88 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     assert "LCB v5: n/a" in table
     for name in ("code_results.csv", "code_results.tex"):
         assert (repo / "reports" / "tables" / name).stat().st_size > 0
-    summary = json.loads((repo / "metrics" / "eval" / "sdpo" / "humaneval_plus.json").read_text())
+    summary = json.loads((repo / "results" / "eval" / "sdpo" / "humaneval_plus.json").read_text())["summary"]
     assert summary["n_tasks"] == 4 and summary["profile"] == "smoke"
-    bank = json.loads((repo / "metrics" / "bank.json").read_text())
-    assert bank["n_entries"] > 0 and bank["eval_overlap_check"] == "passed"
-    lopd = json.loads((repo / "metrics" / "train" / "lopd.json").read_text())
-    assert len(lopd["history"]) == 2 and "beta_next" in lopd["history"][0]
+    bank = json.loads((repo / "metrics" / "bank.json").read_text())["build_bank"]
+    assert bank["n_entries"] > 0 and bank["eval_tasks_checked"] > 0
+    lopd = json.loads((repo / "plots" / "train" / "lopd.json").read_text())
+    assert len(lopd) == 2 and "beta_next" in lopd[0] and "reward" in lopd[0]
 
     # the agentic domain: every method trained on EnvScaler-format tasks, evaluated on all three suites
     tool_use = (repo / "reports" / "tables" / "tool_use_results.md").read_text()
     rows = [line.split("|")[1].strip() for line in tool_use.splitlines() if line.startswith("| ") and "---" not in line]
     assert rows[1:] == ROWS, rows
     assert "envscaler-mini" in tool_use and "n/a |" not in tool_use, tool_use
+    scores = json.loads((repo / "metrics" / "agentic" / "eval" / "lopd.json").read_text())["eval_agentic@lopd"]
     for name in ("envscaler", "bfcl_base", "bfcl_miss_func", "bfcl_miss_param", "bfcl_long_context",
                  "acebench_multi_step", "acebench_multi_turn"):
-        result = json.loads((repo / "metrics" / "agentic" / "eval" / "lopd" / f"{name}.json").read_text())
-        assert result["n_tasks"] == 1 and 0 <= result["score"] <= 100 and result["steps"] >= 1, name
-    agentic_train = json.loads((repo / "metrics" / "agentic" / "train" / "lopd.json").read_text())
-    assert len(agentic_train["history"]) == 2 and "tool_calls_per_step" in agentic_train["history"][0]
+        s = scores[name]
+        assert s["n_tasks"] == 1 and 0 <= s["score_ci_low"] <= s["score"] <= s["score_ci_high"] <= 100, name
+        episode = json.loads((repo / "results" / "agentic" / "eval" / "lopd" / f"{name}.json").read_text())
+        assert episode["summary"]["steps"] >= 1, name
+    agentic_train = json.loads((repo / "plots" / "agentic" / "train" / "lopd.json").read_text())
+    assert len(agentic_train) == 2 and "tool_calls_per_step" in agentic_train[0]
     assert (repo / "reports" / "tables" / "behavior.md").read_text().count("| ") >= 8
+    for figure in ("plots/train/lopd.png", "reports/figures/training_curves_agentic.png"):
+        assert (repo / figure).read_bytes()[:4] == b"\x89PNG", figure
 
-    # one experiment with an LOPD ablation and a baseline ablation re-runs exactly those two branches: the bank,
-    # the pool, the cold starts and every other method stay cached
-    out = _run(["dvc", "exp", "run", *SMOKE, "-S", "margin=0.02", "-S", "sdpo.ema_rate=0.1"], repo, env)
-    ran = set(re.findall(r"Running stage '([^']+)'", out))
-    assert ran == {"train_lopd", "eval@lopd-humaneval_plus", "eval@lopd-mbpp_plus", "train_lopd_agentic",
-                   "eval_agentic@lopd", "train@sdpo", "eval@sdpo-humaneval_plus", "eval@sdpo-mbpp_plus",
-                   "train_agentic@sdpo", "eval_agentic@sdpo", "report"}, ran
-    params = yaml.safe_load((repo / "params.yaml").read_text())
-    assert (params["margin"], params["sdpo"]["ema_rate"], params["profile"]) == (0.02, 0.1, "smoke")
-    pool = json.loads((repo / "metrics" / "pool.json").read_text())
-    assert pool["coverage"] == 1.0 and pool["eval_overlap_check"] == "passed"
-    train = json.loads((repo / "metrics" / "train" / "sdpo.json").read_text())
-    assert len(train["history"]) == 2 and all("privileged_fraction" in h for h in train["history"])
+    # every metric DVC reads is a number; the histories are DVC plots
+    shown = json.loads(_run(["dvc", "metrics", "show", "--json"], repo, env))
+    files = {path: data["data"] for path, data in shown[""]["data"].items()}
+    assert len(files) == 16 and all("error" not in data for data in files.values()), files
+    leaves = [v for data in files.values() for section in data.values() for v in _leaves(section)]
+    assert leaves and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in leaves)
+    plots = json.loads(_run(["dvc", "plots", "show", "--json"], repo, env))["data"]
+    assert {"plots/train/lopd.json", "plots/agentic/train/sdpo.json", "plots/train/lopd.png"} <= set(plots), plots
+    # no column name is both a param and a path (it crashed `--drop/--keep`)
+    kept = _run(["dvc", "exp", "show", "--drop", ".*", "--keep", "margin", "--csv"], repo, env).splitlines()
+    assert kept[0].split(",")[-1] == "margin", kept[0]
+
+    # a queued sweep, started from committed results as a user would: each experiment re-runs exactly its branch,
+    # in a temporary copy, and is one MLflow parent run whose children are named as its stages
+    _run(["git", "add", "-A"], repo, env)
+    _run(["git", "commit", "-qm", "smoke results"], repo, env)
+    for name, (point, _) in SWEEP.items():
+        _run(["dvc", "exp", "run", "--queue", "-n", name, *smoke, *point], repo, env)
+    store = tmp_path / "mlflow.db"
+    # two workers at once: the suite's other tests are done by now, and their stages share the MLflow store
+    _run(["dvc", "queue", "start", "-j", "2"], repo, {**env, "LOPD_MLFLOW_URI": f"sqlite:///{store}"})
+    deadline = time.monotonic() + 1200
+    while re.search(r"\b(Queued|Running)\b", status := _run(["dvc", "queue", "status"], repo, env)):
+        assert time.monotonic() < deadline, status
+        time.sleep(5)
+    assert status.count("Success") == 2, status
+    for name, (_, branch) in SWEEP.items():
+        log = _run(["dvc", "queue", "logs", name], repo, env)
+        assert set(re.findall(r"Running stage '([^']+)'", log)) == branch, (name, log[-3000:])
+    baseline = next(row for row in json.loads(_run(["dvc", "exp", "show", "--json"], repo, env)) if row["experiments"])
+    ran = {e["name"]: e["revs"][0]["data"] for e in baseline["experiments"]}
+    assert [ran[name]["params"]["params.yaml"]["data"]["margin"] for name in SWEEP] == [0.02, 0.05]
+    beta = {name: ran[name]["metrics"]["metrics/train/lopd.json"]["data"]["train_lopd"]["beta_final"] for name in SWEEP}
+    assert beta["margin-002"] != beta["sdpo-ema-01"], beta  # the margin changes the dual variable's path
+    # `make exps` (dvc exp show --only-changed, minus hashes, timings and CI bounds) fits a 200-column terminal
+    drop = re.search(r"--drop '([^']+)'", (repo / "Makefile").read_text()).group(1).replace("$$", "$")
+    view = _run(["dvc", "exp", "show", "--only-changed", "--no-pager", "--drop", drop], repo, {**env, "COLUMNS": "200"})
+    assert "…" not in view and {"train_lopd.beta_final", "margin", "sdpo.ema_rate"} <= set(view.split()), view
+    client = mlflow.MlflowClient(f"sqlite:///{store}")
+    runs = client.search_runs([client.get_experiment_by_name("lopd-suite-smoke").experiment_id])
+    parents = {r.info.run_name: r for r in runs if "mlflow.parentRunId" not in r.data.tags}
+    assert set(parents) == set(SWEEP) and all(r.info.status == "FINISHED" for r in parents.values()), parents
+    for name, (_, branch) in SWEEP.items():
+        children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[name].info.run_id]
+        assert {r.info.run_name for r in children} == branch
+        assert all(r.data.tags["dvc.experiment"] == name and r.data.tags["dvc.stage"] == r.info.run_name
+                   for r in children)
+
+    # a DVC remote holds the results: a new clone pulls them and is up to date without running anything
+    _run(["dvc", "remote", "add", "-d", "store", str(tmp_path / "remote")], repo, env)
+    _run(["dvc", "push"], repo, env)
+    clone = tmp_path / "clone"
+    _run(["git", "clone", "-q", str(repo), str(clone)], tmp_path, env)
+    _run(["dvc", "remote", "add", "-d", "store", str(tmp_path / "remote")], clone, env)
+    _run(["dvc", "pull"], clone, env)
+    assert "Running stage" not in _run(["dvc", "repro", "--dry"], clone, env)
+    assert (clone / "checkpoints" / "lopd" / "manifest.json").is_file()
 
     # editing code marks exactly the stages that run it (`dvc status` lists the stages whose deps changed)
     for touched, marked in [("lopd/latent/composer.py", {"cold_start", "train_lopd", "cold_start_agentic",
@@ -100,10 +165,18 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
         source.write_text(original)
         assert {name.split(":")[-1] for name in status} == marked, (touched, status)
     # a code change re-trains instead of resuming the persisted checkpoint, and the same seed gives the same metrics
+    train = json.loads((repo / "plots" / "train" / "sdpo.json").read_text())
     source = repo / "baselines" / "sdpo.py"
     source.write_text(source.read_text() + "# changed\n")
     out = _run([sys.executable, "-m", "pipelines.train", "--method", "sdpo"], repo, env)
     assert "code or inputs changed since the checkpoint; starting fresh" in out and "resuming" not in out, out
-    again = json.loads((repo / "metrics" / "train" / "sdpo.json").read_text())
-    assert ([(h["reward_mean"], round(h["loss"], 6)) for h in again["history"]]
-            == [(h["reward_mean"], round(h["loss"], 6)) for h in train["history"]])
+    again = json.loads((repo / "plots" / "train" / "sdpo.json").read_text())
+    assert [(h["reward"], round(h["loss"], 6)) for h in again] == [(h["reward"], round(h["loss"], 6)) for h in train]
+
+
+def _leaves(section):
+    if isinstance(section, dict):
+        for value in section.values():
+            yield from _leaves(value)
+    else:
+        yield section

@@ -1,35 +1,323 @@
 import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from types import SimpleNamespace
 
+import pytest
+
+from lopd.core import tracking
 from lopd.core.config import resolve
-from lopd.core.tracking import Tracker, flatten
+from lopd.core.tracking import Terminated, Tracker, flatten, invocation_key, is_dvc_command, run_status
 
+_DVC_VARS = ("DVC_STAGE", "DVC_EXP_NAME", "DVC_EXP_BASELINE_REV", "DVC_ROOT")
+
+
+@pytest.fixture(scope="module")
+def _store_uri(tmp_path_factory):
+    return f"sqlite:///{tmp_path_factory.mktemp('store') / 'mlflow.db'}"
+
+
+@pytest.fixture
+def store(_store_uri, monkeypatch, request):
+    """A sqlite store shared by this module's tests (its schema is created once, which takes seconds) and an
+    experiment of the test's own; no DVC variables from the environment."""
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("LOPD_MLFLOW_URI", _store_uri)
+    for var in _DVC_VARS:
+        monkeypatch.delenv(var, raising=False)
+    prefix = re.sub(r"\W", "_", request.node.name)
+    cfg = resolve({"profile": "smoke", "tracking": {"experiment_prefix": prefix}})
+    return SimpleNamespace(uri=_store_uri, client=MlflowClient(_store_uri), cfg=cfg, experiment=f"{prefix}-smoke")
+
+
+def in_dvc(monkeypatch, stage: str, experiment: str | None = None, dvc_pid: int = 4242, baseline: str | None = None):
+    """Run the next Tracker as DVC would: its env vars, and a `dvc` process `dvc_pid` above this one."""
+    monkeypatch.setenv("DVC_STAGE", stage)
+    for var, value in (("DVC_EXP_NAME", experiment), ("DVC_EXP_BASELINE_REV", baseline)):
+        if value:
+            monkeypatch.setenv(var, value)
+        else:
+            monkeypatch.delenv(var, raising=False)
+    ancestors = [(dvc_pid + 1, 1001.5, ["/bin/bash", "-c", "python -m pipelines.train"]),
+                 (dvc_pid, 1000.25, ["/repo/.venv/bin/python", "/repo/.venv/bin/dvc", "exp", "run"]),
+                 (1, 0.0, ["/sbin/init"])]
+    monkeypatch.setattr(tracking, "process_ancestors", lambda: ancestors)
+
+
+def runs_of(store):
+    """(parents, children by parent run id) of the test's experiment; children oldest first."""
+    experiment = store.client.get_experiment_by_name(store.experiment)
+    runs = store.client.search_runs([experiment.experiment_id], order_by=["attributes.start_time ASC"])
+    parents = {r.data.tags["mlflow.runName"]: r for r in runs if tracking.INVOCATION_TAG in r.data.tags}
+    children: dict[str, list] = {}
+    for r in runs:
+        if tracking.PARENT_TAG in r.data.tags:
+            children.setdefault(r.data.tags[tracking.PARENT_TAG], []).append(r)
+    return parents, children
+
+
+# --- the invocation key (pure) ---
+
+_SHELL = (301, 50.0, ["/bin/bash", "-c", "python -m pipelines.train --method grpo"])
+_DVC_REPRO = (200, 40.5, ["/repo/.venv/bin/python", "/repo/.venv/bin/dvc", "repro"])
+_INIT = (1, 0.0, ["/sbin/init"])
+
+
+def test_stages_of_one_dvc_process_share_the_invocation_key():
+    env = {"DVC_STAGE": "prepare_model", "DVC_ROOT": "/repo"}
+    first = invocation_key(env, [_SHELL, _DVC_REPRO, _INIT], "host")
+    later = invocation_key({**env, "DVC_STAGE": "train@grpo"}, [(302, 60.0, ["python"]), _DVC_REPRO, _INIT], "host")
+    assert first == later == "repro@host:200:40.50"
+
+
+def test_each_experiment_of_one_queue_worker_gets_its_own_key():
+    worker = (200, 40.5, ["/usr/bin/python3", "-m", "dvc", "exp", "queue-worker", "dvc-exp-worker-1"])
+    ancestors = [_SHELL, worker, _INIT]
+    a = invocation_key({"DVC_STAGE": "s", "DVC_EXP_NAME": "exp-a"}, ancestors, "host")
+    b = invocation_key({"DVC_STAGE": "s", "DVC_EXP_NAME": "exp-b"}, ancestors, "host")
+    assert a != b and a.startswith("exp-a@host:200:") and b.startswith("exp-b@host:200:")
+
+
+def test_a_reused_pid_or_another_host_is_another_invocation():
+    env = {"DVC_STAGE": "s"}
+    again = (200, 99.0, _DVC_REPRO[2])  # the same pid, a later process
+    keys = {invocation_key(env, [_DVC_REPRO], "host"), invocation_key(env, [again], "host"),
+            invocation_key(env, [_DVC_REPRO], "other")}
+    assert len(keys) == 3
+
+
+def test_no_invocation_outside_dvc_or_without_a_visible_dvc_process():
+    assert invocation_key({}, [_SHELL, _DVC_REPRO]) is None  # not a DVC stage: a top-level run
+    assert invocation_key({"DVC_STAGE": "s", "DVC_EXP_NAME": "e"}, [_SHELL, _INIT]) is None
+    assert invocation_key({"DVC_STAGE": "s"}, []) is None
+
+
+def test_the_key_is_safe_in_a_search_filter():
+    key = invocation_key({"DVC_STAGE": "s", "DVC_EXP_NAME": "it's mine"}, [_DVC_REPRO], "h'st")
+    assert "'" not in key and " " not in key
+
+
+@pytest.mark.parametrize("cmdline, expected", [
+    (["dvc", "repro"], True),
+    (["/repo/.venv/bin/dvc", "exp", "run"], True),
+    (["/repo/.venv/bin/python3.11", "/repo/.venv/bin/dvc", "exp", "exec-run", "--infofile", "x"], True),
+    (["python", "-m", "dvc", "repro"], True),
+    (["dvc.exe", "repro"], True),
+    (["/bin/bash", "-c", "dvc repro"], False),
+    (["python", "-m", "pipelines.train"], False),
+    (["python", "/repo/scripts/dvc_helper.py"], False),
+    ([], False),
+])
+def test_is_dvc_command(cmdline, expected):
+    assert is_dvc_command(cmdline) is expected
+
+
+@pytest.mark.parametrize("exc, status", [
+    (None, "FINISHED"), (SystemExit(0), "FINISHED"), (SystemExit(None), "FINISHED"),
+    (SystemExit(1), "FAILED"), (SystemExit("error: bad input"), "FAILED"), (ValueError("x"), "FAILED"),
+    (KeyboardInterrupt(), "KILLED"), (Terminated(143), "KILLED"),
+])
+def test_run_status(exc, status):
+    assert run_status(exc) == status
+
+
+# --- runs on a real sqlite store ---
+
+def test_a_stage_outside_dvc_is_a_top_level_run_with_sanitised_metric_names(store):
+    with Tracker(store.cfg, "eval@x") as tracker:
+        tracker.log_metrics({"pass@1_plus": 12.5, "note": "text is skipped"})
+        assert tracker.enabled and tracker.parent_run_id is None
+    parents, children = runs_of(store)
+    assert not parents and not children
+    run = store.client.get_run(tracker.run_id)
+    assert run.data.metrics == {"pass_at_1_plus": 12.5} and run.data.params["model.name"] == "tiny-random"
+    assert run.info.run_name == run.data.tags["dvc.stage"] == "eval@x"
+    assert "dvc.experiment" not in run.data.tags and run.info.status == "FINISHED"
+
+
+def test_stages_of_one_invocation_share_a_parent_and_another_invocation_gets_its_own(store, monkeypatch):
+    in_dvc(monkeypatch, "prepare_model", "exp-a", baseline="b4se")
+    with Tracker(store.cfg, "prepare_model") as tracker:
+        tracker.log_metrics({"wall_s": 1.5})
+    in_dvc(monkeypatch, "train@grpo", "exp-a", baseline="b4se")
+    with Tracker(store.cfg, "train_grpo"):  # the run is named after DVC's stage address, not the argument
+        pass
+    in_dvc(monkeypatch, "prepare_model", "exp-b")  # the same queue worker's next experiment
+    with Tracker(store.cfg, "prepare_model"):
+        pass
+    in_dvc(monkeypatch, "report", None, dvc_pid=777)  # a plain `dvc repro`
+    with Tracker(store.cfg, "report"):
+        pass
+
+    parents, children = runs_of(store)
+    assert set(parents) == {"exp-a", "exp-b", "dvc repro"}
+    a = parents["exp-a"]
+    assert [c.info.run_name for c in children[a.info.run_id]] == ["prepare_model", "train@grpo"]
+    assert [c.info.run_name for c in children[parents["exp-b"].info.run_id]] == ["prepare_model"]
+    assert [c.info.run_name for c in children[parents["dvc repro"].info.run_id]] == ["report"]
+    assert all(p.info.status == "FINISHED" for p in parents.values())
+    assert a.info.end_time == max(c.info.end_time for c in children[a.info.run_id])
+    assert a.data.params == children[a.info.run_id][0].data.params and a.data.params["profile"] == "smoke"
+
+    commit = tracking.git_commit()
+    for run in [a, *children[a.info.run_id]]:
+        tags = run.data.tags
+        assert tags["dvc.experiment"] == "exp-a" and tags["profile"] == "smoke"
+        assert tags["git.commit"] == tags["mlflow.source.git.commit"] == commit
+        assert tags["git.dirty"] in ("true", "false")
+    assert a.data.tags["dvc.baseline_rev"] == "b4se"
+    assert [c.data.tags["dvc.stage"] for c in children[a.info.run_id]] == ["prepare_model", "train@grpo"]
+    assert "dvc.experiment" not in parents["dvc repro"].data.tags
+    assert not any(k.startswith("system/") for c in children[a.info.run_id] for k in c.data.metrics)
+
+
+def test_a_failing_stage_fails_its_run_and_its_parent(store, monkeypatch):
+    in_dvc(monkeypatch, "prepare_model", "exp-f")
+    with Tracker(store.cfg, "prepare_model"):
+        pass
+    in_dvc(monkeypatch, "train@grpo", "exp-f")
+    with pytest.raises(SystemExit), Tracker(store.cfg, "train@grpo"):
+        sys.exit("error: x")
+    parents, children = runs_of(store)
+    assert parents["exp-f"].info.status == "FAILED"
+    assert [c.info.status for c in children[parents["exp-f"].info.run_id]] == ["FINISHED", "FAILED"]
+
+    in_dvc(monkeypatch, "eval@vanilla", "exp-f")  # `dvc repro --keep-going` carries on with other stages
+    with Tracker(store.cfg, "eval@vanilla") as tracker:
+        assert store.client.get_run(tracker.parent_run_id).info.status == "RUNNING"
+    assert runs_of(store)[0]["exp-f"].info.status == "FAILED"  # it stays failed
+
+
+def test_sigterm_ends_the_run_killed_and_restores_the_previous_handler(store, monkeypatch):
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers are installed in the main thread only")
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        in_dvc(monkeypatch, "train@grpo", "exp-k")
+        with pytest.raises(Terminated) as stopped, Tracker(store.cfg, "train@grpo") as tracker:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(10)  # the handler interrupts this
+        assert stopped.value.code == 128 + signal.SIGTERM
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert store.client.get_run(tracker.run_id).info.status == "KILLED"
+    assert store.client.get_run(tracker.parent_run_id).info.status == "FAILED"
+
+
+def test_a_forked_child_still_dies_of_sigterm(store):
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers are installed in the main thread only")
+    with Tracker(store.cfg, "unit"):
+        pid = os.fork()
+        if pid == 0:  # a data-loader worker, say: it inherits the handler
+            try:
+                time.sleep(30)
+            finally:
+                os._exit(7)  # reached only if the handler raised instead of letting SIGTERM end the process
+        time.sleep(0.2)
+        os.kill(pid, signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
+
+
+def test_keyboard_interrupt_ends_the_run_killed(store):
+    with pytest.raises(KeyboardInterrupt), Tracker(store.cfg, "unit") as tracker:
+        raise KeyboardInterrupt
+    assert store.client.get_run(tracker.run_id).info.status == "KILLED"
+
+
+def test_the_experiment_opens_in_the_model_training_view(store):
+    from mlflow.tracking import MlflowClient
+
+    kind = tracking.EXPERIMENT_KIND_TAG
+    with Tracker(store.cfg, "unit"):
+        pass
+    assert store.client.get_experiment_by_name(store.experiment).tags[kind] == "custom_model_development"
+
+    client: MlflowClient = store.client
+    old = client.create_experiment("old-smoke")  # made before the tag existed
+    chosen = client.create_experiment("chosen-smoke", tags={kind: "genai_development"})  # a user's own choice
+    for prefix in ("old", "chosen"):
+        with Tracker(resolve({"profile": "smoke", "tracking": {"experiment_prefix": prefix}}), "unit"):
+            pass
+    assert client.get_experiment(old).tags[kind] == "custom_model_development"
+    assert client.get_experiment(chosen).tags[kind] == "genai_development"
+
+
+def test_system_metrics_are_logged_offline_and_stop_with_the_run(store, monkeypatch):
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
+
+    def monitors():
+        return [t for t in threading.enumerate() if t.name == "SystemMetricsMonitor" and t.is_alive()]
+
+    with Tracker(store.cfg, "train@grpo", system_metrics=True) as tracker:
+        assert len(monitors()) == 1
+        time.sleep(1.5)
+    assert not monitors()
+    assert tracker.enabled
+    metrics = store.client.get_run(tracker.run_id).data.metrics
+    for name in ("system/cpu_utilization_percentage", "system/system_memory_usage_megabytes",
+                 "system/disk_usage_percentage", "system/network_receive_megabytes"):
+        assert name in metrics, sorted(metrics)
+    assert len(store.client.get_metric_history(tracker.run_id, "system/cpu_utilization_percentage")) >= 2
+
+
+def test_system_metrics_sample_every_10_s_unless_the_user_chose(monkeypatch):
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "")  # restored (unset) after the test
+    monkeypatch.delenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL")
+    tracking._configure_system_metrics(mlflow)
+    assert os.environ["MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL"] == "10"
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "1")
+    tracking._configure_system_metrics(mlflow)
+    assert os.environ["MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL"] == "1"
+
+
+def test_log_figure_stores_a_matplotlib_figure(store):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1, 2], [3.0, 2.0, 1.5])
+    with Tracker(store.cfg, "unit") as tracker:
+        tracker.log_figure(fig, "curves/loss.png")
+    plt.close(fig)
+    assert tracker.enabled
+    assert [a.path for a in store.client.list_artifacts(tracker.run_id, "curves")] == ["curves/loss.png"]
+
+
+# --- failure and concurrency ---
 
 def test_mlflow_outage_disables_logging_without_raising(monkeypatch, capsys):
     monkeypatch.setenv("LOPD_MLFLOW_URI", "sqlite:////proc/no-such-dir/mlflow.db")
     with Tracker(resolve({"profile": "smoke"}), "unit") as tracker:
         tracker.log_metrics({"x": 1.0}, step=1)
+        tracker.log_figure(None, "x.png")
         assert not tracker.enabled
     assert "MLflow logging disabled" in capsys.readouterr().err
-
-
-def test_runs_land_in_the_profile_experiment_with_sanitised_metric_names(tmp_path, monkeypatch):
-    import mlflow
-
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
-    monkeypatch.setenv("LOPD_MLFLOW_URI", uri)
-    cfg = resolve({"profile": "smoke"})
-    with Tracker(cfg, "eval@x") as tracker:
-        tracker.log_metrics({"pass@1_plus": 12.5, "note": "text is skipped"})
-        assert tracker.enabled
-    mlflow.set_tracking_uri(uri)
-    runs = mlflow.search_runs(experiment_names=["lopd-suite-smoke"])
-    assert runs.iloc[0]["metrics.pass_at_1_plus"] == 12.5
-    assert runs.iloc[0]["tags.stage"] == "eval@x" and runs.iloc[0]["params.model.name"] == "tiny-random"
 
 
 def test_flatten():
     assert flatten({"a": {"b": 1, "c": {"d": 2}}, "e": 3}) == {"a.b": 1, "a.c.d": 2, "e": 3}
 
+
+# Stands in for `dvc exp run`: named `dvc`, so the four stages it starts find it as their invocation.
+_DVC = """
+import os, subprocess, sys
+env = {**os.environ, "DVC_EXP_NAME": "exp-race"}
+procs = [subprocess.Popen([sys.executable, "-c", sys.argv[1], str(i), sys.argv[2]],
+                          env={**env, "DVC_STAGE": f"stage{i}"}) for i in range(4)]
+sys.exit(max(p.wait() for p in procs))
+"""
 
 # Each child imports mlflow first, reports ready, then waits for the go file so all four open a Tracker on the
 # fresh store at the same moment (imports alone take seconds and would otherwise stagger them).
@@ -54,30 +342,32 @@ with Tracker(resolve({"profile": "smoke"}), f"stage{i}") as tracker:
 """
 
 
-def test_concurrent_stages_on_a_fresh_sqlite_store_lose_no_run(tmp_path):
-    import subprocess
-    import sys
-    import time
-
+def test_concurrent_stages_on_a_fresh_sqlite_store_lose_no_run_and_make_one_parent(tmp_path):
+    """Four stages of one invocation start at once on a fresh store: the schema, the experiment and the parent run
+    are each created once, and every stage's run lands under that parent."""
     from mlflow.tracking import MlflowClient
 
     uri = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}"
-    env = {**os.environ, "LOPD_MLFLOW_URI": uri}
-    procs = [subprocess.Popen([sys.executable, "-c", _CHILD, str(i), str(tmp_path)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(4)]
+    (tmp_path / "dvc").write_text(_DVC)
+    env = {k: v for k, v in os.environ.items() if k not in _DVC_VARS} | {"LOPD_MLFLOW_URI": uri}
+    dvc = subprocess.Popen([sys.executable, str(tmp_path / "dvc"), _CHILD, str(tmp_path)], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not all((tmp_path / f"ready{i}").exists() for i in range(4)) and time.monotonic() < deadline:
         time.sleep(0.05)
     (tmp_path / "go").touch()
-    outs = [p.communicate(timeout=180) for p in procs]
-    for p, (_, err) in zip(procs, outs):
-        assert p.returncode == 0 and "MLflow logging disabled" not in err, err
+    _, err = dvc.communicate(timeout=180)
+    assert dvc.returncode == 0 and "MLflow logging disabled" not in err, err
 
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("lopd-suite-smoke").experiment_id])
-    assert sorted(r.data.tags["stage"] for r in runs) == [f"stage{i}" for i in range(4)]
-    for run in runs:
-        i = int(run.data.tags["stage"][-1])
+    (parent,) = [r for r in runs if tracking.INVOCATION_TAG in r.data.tags]
+    assert parent.info.run_name == "exp-race" and parent.info.status == "FINISHED"
+    children = [r for r in runs if r is not parent]
+    assert sorted(r.info.run_name for r in children) == [f"stage{i}" for i in range(4)]
+    for run in children:
+        i = int(run.data.tags["dvc.stage"][-1])
+        assert run.data.tags[tracking.PARENT_TAG] == parent.info.run_id
         assert run.info.status == "FINISHED" and run.data.params["profile"] == "smoke"
         assert run.data.metrics["pass_at_1"] == float(i)
         assert [m.value for m in client.get_metric_history(run.info.run_id, "loss")] == [i, i + 0.1, i + 0.2]
@@ -85,8 +375,6 @@ def test_concurrent_stages_on_a_fresh_sqlite_store_lose_no_run(tmp_path):
 
 
 def test_dead_tracking_server_is_given_up_within_seconds(monkeypatch, capsys):
-    import time
-
     monkeypatch.setenv("LOPD_MLFLOW_URI", "http://127.0.0.1:9")  # discard port: nothing listens
     start = time.monotonic()
     with Tracker(resolve({"profile": "smoke"}), "unit") as tracker:
@@ -101,13 +389,32 @@ def test_dead_tracking_server_is_given_up_within_seconds(monkeypatch, capsys):
 
 
 def test_tracking_off_logs_nothing_and_imports_no_mlflow():
-    import subprocess
-    import sys
-
-    code = ("import sys; from lopd.core.config import resolve; from lopd.core.tracking import Tracker\n"
+    code = ("import signal, sys; from lopd.core.config import resolve; from lopd.core.tracking import Tracker\n"
             "with Tracker(resolve({'profile': 'smoke'}), 'unit') as t:\n"
             "    t.log_metrics({'x': 1.0}, step=1)\n"
+            "    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # no handler when nothing is logged\n"
             "assert not t.enabled and 'mlflow' not in sys.modules\n")
     proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "LOPD_MLFLOW_URI": "off"},
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
+
+
+def test_git_dirty_looks_at_code_not_at_what_dvc_rewrites(tmp_path, monkeypatch):
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    for name in ("lopd/core/x.py", "metrics/train/lopd.json", "plots/train/lopd.json", "params.yaml", "dvc.lock"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("0\n")
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "c")
+    monkeypatch.setattr(tracking, "REPO_ROOT", tmp_path)
+    assert tracking.git_dirty() == "false"
+    for rewritten in ("metrics/train/lopd.json", "plots/train/lopd.json", "params.yaml", "dvc.lock"):
+        (tmp_path / rewritten).write_text("1\n")  # a re-run stage or DVC itself rewrote it
+    (tmp_path / "lopd" / "core" / "new.py").write_text("")  # untracked: not part of the commit's code either way
+    assert tracking.git_dirty() == "false"
+    (tmp_path / "lopd" / "core" / "x.py").write_text("1\n")
+    assert tracking.git_dirty() == "true"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from evaluation.agentic import envscaler, envscaler_mini
-from lopd.core.config import Config
+from lopd.core.config import Config, resolve_path
 from lopd.core.multiturn import ToolEnvironment
 from lopd.core.rollout import Task
 
@@ -30,7 +30,7 @@ def envscaler_data(cfg: Config) -> EnvScalerData:
     """The configured EnvScaler-format data, split into train and test (fixed, task-disjoint)."""
     a = cfg.agentic
     if a.envscaler_envs:
-        envs, tasks = envscaler.load_envscaler(a.envscaler_envs, a.envscaler_tasks)
+        envs, tasks = envscaler.load_envscaler(resolve_path(a.envscaler_envs), resolve_path(a.envscaler_tasks))
         source = f"EnvScaler ({a.envscaler_tasks})"
     else:
         envs, tasks = envscaler.items_from_dicts(envscaler_mini.env_items(), envscaler_mini.task_items())

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 
 from lopd.core import provenance, registry
-from lopd.core.config import Config
+from lopd.core.config import Config, resolve_path
 
 if TYPE_CHECKING:
     from lopd.core.methods import Method
@@ -82,7 +82,7 @@ def inputs(cfg: Config, method: Method, base_dir: str | Path) -> list[Path]:
     """The files a training run reads besides code and config: the base model, the training data file if one is
     configured (the built-in data are source files), and the method's upstream outputs (bank, pool, composer)."""
     data = [cfg.data.taco_path, cfg.agentic.envscaler_envs, cfg.agentic.envscaler_tasks]
-    return [Path(base_dir), *(Path(p) for p in data if p), *method.inputs()]
+    return [Path(base_dir), *(resolve_path(p) for p in data if p), *method.inputs()]
 
 
 def fingerprint(cfg: Config, method: Method, base_dir: str | Path,

@@ -29,6 +29,25 @@ AGENTIC_BENCHMARKS = ("envscaler", "bfcl_base", "bfcl_miss_func", "bfcl_miss_par
                       "acebench_multi_step", "acebench_multi_turn")  # Table 1's columns
 
 
+def params_root() -> Path:
+    """What a relative path in params is relative to: the repository DVC runs in. DVC sets DVC_ROOT for every stage
+    command and, for a queued experiment (run in a temporary copy under .dvc/tmp/exps), points it at the original
+    repository, so `../shared/data` means the same folder in a queued run as in the workspace."""
+    return Path(os.environ.get("DVC_ROOT") or REPO_ROOT)
+
+
+def resolve_path(path: str | Path) -> Path:
+    """A path from params: `~` expanded, a relative one taken from `params_root()`."""
+    expanded = Path(os.path.expanduser(str(path)))
+    return expanded if expanded.is_absolute() else params_root() / expanded
+
+
+def resolve_model(name: str) -> str:
+    """A model name from params: a path written as one (`./`, `../`, `~`) is resolved like any params path;
+    a registry name or Hugging Face id (`org/name`) stays as it is."""
+    return str(resolve_path(name)) if name.startswith(("./", "../", "~")) else name
+
+
 class ConfigError(ValueError):
     """A bad params.yaml: the message names the offending key in one line."""
 
@@ -431,19 +450,20 @@ class AgenticConfig:
 @dataclass
 class DataConfig:
     shared_dir: str = "../shared/data"
-    """Directory with the released benchmark data (evalplus/, bfcl_v3/, acebench/); relative to the repo."""
+    """Directory with the released benchmark data (evalplus/, bfcl_v3/, acebench/); relative to the repository
+    (`params_root`), also in a queued experiment."""
     taco_path: str | None = None
     """A TACO/DeepCoder JSON(L) file for training; None uses the built-in training set."""
 
     def shared_path(self, *parts: str) -> Path:
-        base = Path(os.path.expanduser(self.shared_dir))
-        return (base if base.is_absolute() else REPO_ROOT / base).joinpath(*parts)
+        return resolve_path(self.shared_dir).joinpath(*parts)
 
 
 @dataclass
 class TrackingConfig:
     mlflow_uri: str = "sqlite:///~/.cache/lopd-suite/mlflow.db"
-    """MLflow tracking store; `~` is expanded so the path is absolute; `off` logs nothing to MLflow. Env
+    """MLflow tracking store; a sqlite path is made absolute (`~` expanded, a relative one taken from the
+    repository: `resolve_path`), so queued experiments log to the same store; `off` logs nothing to MLflow. Env
     LOPD_MLFLOW_URI overrides."""
     experiment_prefix: str = "lopd-suite"
     """Runs are grouped in one experiment per profile: `<prefix>-<profile>`."""
@@ -461,7 +481,7 @@ class Config:
     """LOPD latent tokens K per retrieved experience (the teacher sees n_ret * K)."""
     n_ret: int = 3
     """LOPD retrieved experiences J per task (cold start and training)."""
-    baselines: list[str] = field(default_factory=lambda: _registry().baseline_names())
+    baseline_methods: list[str] = field(default_factory=lambda: _registry().baseline_names())
     """Methods trained by the `train@<name>` matrix; LOPD has its own branch (build_bank, cold_start, train_lopd)."""
     methods: list[str] = field(default_factory=lambda: list(_registry().METHODS))
     """Methods evaluated on every benchmark and reported (the `eval` matrix reads this list)."""
@@ -495,12 +515,12 @@ class Config:
         _check(self.latent_tokens >= 1, "latent_tokens: must be >= 1")
         _check(self.n_ret >= 1, "n_ret: must be >= 1")
         known_baselines = registry.baseline_names()
-        for m in self.baselines:
-            _check(m in known_baselines, f"baselines: unknown baseline {m!r} (known: {', '.join(known_baselines)})")
+        for m in self.baseline_methods:
+            _check(m in known_baselines, f"baseline_methods: unknown baseline {m!r} (known: {', '.join(known_baselines)})")
         for m in self.methods:
             _check(m in registry.METHODS, f"methods: unknown method {m!r} (known: {', '.join(registry.METHODS)})")
-            _check(not registry.METHODS[m].baseline or m in self.baselines,
-                   f"methods: {m!r} is evaluated but not trained (add it to baselines)")
+            _check(not registry.METHODS[m].baseline or m in self.baseline_methods,
+                   f"methods: {m!r} is evaluated but not trained (add it to baseline_methods)")
         for b in self.benchmarks:
             _check(b in KNOWN_BENCHMARKS, f"benchmarks: unknown benchmark {b!r} (known: {', '.join(KNOWN_BENCHMARKS)})")
         for name, section in self.method_sections.items():
@@ -660,11 +680,12 @@ def load_config(path: str | Path | None = None) -> Config:
 
 
 def mlflow_uri(cfg: Config) -> str:
-    """The tracking URI with `~` expanded, so `dvc exp run --temp` copies write to the same store."""
+    """The tracking URI with a sqlite path made absolute (`resolve_path`), so queued experiments, which run in
+    temporary copies, write to the same store as the workspace."""
     uri = os.environ.get("LOPD_MLFLOW_URI", cfg.tracking.mlflow_uri)
     prefix = "sqlite:///"
     if uri.startswith(prefix):
-        path = Path(os.path.expanduser(uri[len(prefix):])).resolve()
+        path = resolve_path(uri[len(prefix):]).resolve()
         path.parent.mkdir(parents=True, exist_ok=True)
         return prefix + str(path)
     return uri

@@ -16,7 +16,10 @@ class Domain:
     composer: Path
     checkpoints: Path
     metrics: Path
+    """Scalar metrics files (DVC `metrics:`), one per stage."""
     results: Path
+    plots: Path
+    """Per-step histories and their figures (DVC `plots:`)."""
     max_eval_containment: float
     """The bank/pool overlap guard rejects a training entry holding more than this share of an evaluation
     task's word 8-grams. Agentic tasks are generated from per-environment templates, so train and test tasks

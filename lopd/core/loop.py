@@ -20,6 +20,7 @@ from accelerate import Accelerator
 
 from lopd.core import checkpoint
 from lopd.core.config import Config
+from lopd.core.losses import chunked_entropy
 from lopd.core.methods import Method, MethodContext, PolicyOutputs
 from lopd.core.models import load_model, load_tokenizer
 from lopd.core.rollout import Rollouts, Task, make_backend, sampling_params, step_seed
@@ -56,13 +57,26 @@ def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return getattr(model, "module", model)
 
 
+def reward_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """TRL GRPOTrainer's reward statistics over the step's rollouts: `reward_std` is Bessel-corrected like TRL's
+    nanstd (0 for a single rollout, where TRL's is NaN, so the metrics stay valid JSON), and
+    `frac_reward_zero_std` is the share of task groups whose rewards all agree (a one-rollout group counts)."""
+    rewards_R = torch.tensor([t.reward for t in trajectories], dtype=torch.float64)
+    groups_R = torch.tensor([t.group for t in trajectories])
+    members_G = [rewards_R[groups_R == g] for g in groups_R.unique()]
+    std_G = torch.stack([r.std() if r.numel() > 1 else r.new_zeros(()) for r in members_G])
+    return {"reward": sum(t.reward for t in trajectories) / len(trajectories),
+            "reward_std": rewards_R.std().item() if len(trajectories) > 1 else 0.0,
+            "frac_reward_zero_std": torch.isclose(std_G, torch.zeros_like(std_G)).double().mean().item()}
+
+
 def update(model, optimizer, accelerator: Accelerator, method: Method, trajectories: list[Trajectory],
            pad_id: int, cfg: Config) -> dict[str, float]:
     """One optimizer step over the step's trajectories, accumulated over micro-batches."""
     method.prepare(trajectories)
     optimizer.zero_grad(set_to_none=True)
     totals: dict[str, float] = {"loss": 0.0}
-    gap_sum, gap_tokens = 0.0, 0.0
+    gap_sum, entropy_sum, action_tokens = 0.0, 0.0, 0.0
     micro = cfg.train.micro_batch_size
     # Skipping zero-gradient trajectories is exact: the loss stays normalised by the whole step's count.
     # Only in a single process: under DDP every rank must run the same number of backward passes.
@@ -81,7 +95,9 @@ def update(model, optimizer, accelerator: Accelerator, method: Method, trajector
         mask = batch.action_mask_B_T
         with torch.no_grad():
             gap_sum += ((student.logp_B_T() - batch.sampler_logprobs_B_T).abs() * mask).sum().item()
-        gap_tokens += mask.sum().item()
+            entropy_sum += chunked_entropy(student.hidden_N_D, student.weight_V_D, student.temperature,
+                                           student.chunk_size).sum().item()
+        action_tokens += mask.sum().item()
     extra = [p for group in optimizer.param_groups[1:] for p in group["params"]]
     if not active:  # still step AdamW on zero gradients: its moments and step count evolve as before
         for p in [*model.parameters(), *extra]:
@@ -89,24 +105,27 @@ def update(model, optimizer, accelerator: Accelerator, method: Method, trajector
     totals["grad_norm"] = float(accelerator.clip_grad_norm_(model.parameters(), cfg.train.grad_clip))
     if extra:  # a method's own parameters (e.g. LOPD's composer) are clipped on their own
         totals["method_grad_norm"] = float(torch.nn.utils.clip_grad_norm_(extra, cfg.train.grad_clip))
+    totals["learning_rate"] = optimizer.param_groups[0]["lr"]  # the policy's lr this step applies
     optimizer.step()
     totals["trained_fraction"] = len(active) / len(trajectories)
-    if gap_tokens:  # how far the rollout engine's log-probs are from the trainer's (dtype / kernel mismatch)
-        totals["sampler_logp_abs_gap"] = gap_sum / gap_tokens
+    if action_tokens:  # how far the rollout engine's log-probs are from the trainer's (dtype / kernel mismatch)
+        totals["sampler_logp_abs_gap"] = gap_sum / action_tokens
+        totals["entropy"] = entropy_sum / action_tokens  # of the sampling distribution (logits / temperature)
     return totals
 
 
 def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts, base_dir: str | Path,
           out_dir: str | Path, tracker: Tracker | None = None,
           stage_modules: Sequence[str] = (checkpoint.STAGE_MODULE,)) -> dict:
-    """Run (or resume) the on-policy loop; returns {"summary": ..., "history": [...]} for the metrics file.
+    """Run (or resume) the on-policy loop; returns {"history": [per-step metrics]} (a resumed run's includes the
+    steps before the resume).
     `stage_modules` are the modules the calling stage runs (pipelines.common.stage_modules): with the method's
     module, their import closure is the code a checkpoint must match to be resumed."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if not method.trains:
         checkpoint.write_manifest(out_dir, method.name, 0, weights="base")
-        return {"summary": {"method": method.name, "steps": 0}, "history": []}
+        return {"history": []}
 
     accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=cfg.train.mixed_precision)
     tokenizer = load_tokenizer(base_dir)
@@ -153,11 +172,16 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
         t2 = time.perf_counter()
         rewards = [t.reward for t in trajectories]
         lengths = [t.num_action_tokens for t in trajectories]
+        # Names follow TRL's GRPOTrainer logs. num_tokens (prompts + every turn) is cumulative: read from the
+        # previous history entry, so a resumed run continues the count
+        seen_tokens = (history[-1]["num_tokens"] if history else 0) + sum(len(t.token_ids) for t in trajectories)
         metrics.update({
-            "reward_mean": sum(rewards) / len(rewards),
+            **reward_metrics(trajectories),
             "success_rate": sum(r >= 1.0 for r in rewards) / len(rewards),
-            "response_tokens_mean": sum(lengths) / len(lengths),
-            "stop_rate": sum(t.stopped for t in trajectories) / len(trajectories),
+            "completions/mean_length": sum(lengths) / len(lengths),
+            "completions/min_length": min(lengths), "completions/max_length": max(lengths),
+            "completions/clipped_ratio": sum(not t.stopped for t in trajectories) / len(trajectories),
+            "num_tokens": seen_tokens,
             "cumulative_rollouts": (step + 1) * cfg.train.rollouts_per_step,
             "time_sampling_s": sampling_s, "time_reward_s": t1 - t0 - sampling_s, "time_update_s": t2 - t1,
             "rollout_tokens_per_s": sum(lengths) / max(sampling_s, 1e-9),
@@ -168,7 +192,7 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
         history.append({"step": step + 1, **metrics})
         if tracker:
             tracker.log_metrics(metrics, step=step + 1)
-        print(f"[{method.name}] step {step + 1}/{steps} reward {metrics['reward_mean']:.3f} "
+        print(f"[{method.name}] step {step + 1}/{steps} reward {metrics['reward']:.3f} "
               f"loss {metrics['loss']:.4f} ({t2 - t0:.1f}s)", flush=True)
         if accelerator.is_main_process and ((step + 1) % cfg.train.save_every == 0 or step + 1 == steps):
             checkpoint.save(out_dir, _unwrap(model), tokenizer, optimizer, step + 1, history, fingerprint, method)
@@ -179,7 +203,4 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
             else:
                 checkpoint.save(out_dir, _unwrap(model), tokenizer, optimizer, 0, history, fingerprint, method)
         checkpoint.prune(out_dir, keep=1)  # the run is done: the fallback folder is no longer needed
-    summary = {"method": method.name, "steps": steps,
-               "final_reward_mean": history[-1]["reward_mean"] if history else None,
-               "mean_reward_mean": sum(h["reward_mean"] for h in history) / len(history) if history else None}
-    return {"summary": summary, "history": history}
+    return {"history": history}

@@ -58,11 +58,30 @@ def ppo_clip_loss(logp_B_T: torch.Tensor, old_logp_B_T: torch.Tensor, advantages
     tokens_B = mask_B_T.sum(-1)
     per_seq_B = (per_token_B_T * mask_B_T).sum(-1) / tokens_B.clamp(min=1)
     loss = per_seq_B.mean()
-    with torch.no_grad():
+    with torch.no_grad():  # TRL GRPOTrainer's clip_ratio/* names: where the clamp bound the surrogate
         n = mask_B_T.sum().clamp(min=1)
-        was_clipped = ((unclipped_B_T > clipped_B_T) & (mask_B_T > 0)).float().sum() / n
-        metrics = {"clip_fraction": was_clipped.item(), "ratio_mean": ((ratio_B_T * mask_B_T).sum() / n).item()}
+        low_B_T = (ratio_B_T < 1 - clip_low) & (adv_B_1 < 0)
+        high_B_T = (ratio_B_T > 1 + clip_high) & (adv_B_1 > 0)
+        metrics = {"clip_ratio/low_mean": ((low_B_T * mask_B_T).sum() / n).item(),
+                   "clip_ratio/high_mean": ((high_B_T * mask_B_T).sum() / n).item(),
+                   "clip_ratio/region_mean": (((low_B_T | high_B_T) * mask_B_T).sum() / n).item(),
+                   "ratio_mean": ((ratio_B_T * mask_B_T).sum() / n).item()}
     return loss, metrics
+
+
+def _chunk_entropy(hidden_N_D: torch.Tensor, weight_V_D: torch.Tensor, temperature: float) -> torch.Tensor:
+    logp_N_V = torch.log_softmax((hidden_N_D.to(weight_V_D.dtype) @ weight_V_D.T).float() / temperature, -1)
+    return -(logp_N_V.exp() * logp_N_V).sum(-1)
+
+
+def chunked_entropy(hidden_N_D: torch.Tensor, weight_V_D: torch.Tensor, temperature: float = 1.0,
+                    chunk_size: int = 256) -> torch.Tensor:
+    """Entropy of softmax(hidden @ W^T / temperature) per position ([N]), `chunk_size` positions at a time,
+    so only one chunk's [C, V] logits exist at once. A diagnostic: no gradient flows through it."""
+    with torch.no_grad():
+        pieces = [_chunk_entropy(hidden_N_D[start:start + chunk_size], weight_V_D, temperature)
+                  for start in range(0, hidden_N_D.shape[0], chunk_size)]
+    return torch.cat(pieces) if pieces else hidden_N_D.new_zeros(0, dtype=torch.float32)
 
 
 def topk_tail_reverse_kl(logp_s_N_V: torch.Tensor, logp_t_N_V: torch.Tensor, top_k: int,

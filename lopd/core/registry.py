@@ -1,7 +1,7 @@
 """The method registry: the one place that says which methods exist.
 
 A method is its file (a `Method` subclass with a `from_config(cfg, domain)` classmethod), one entry here, and its
-params section in conf/config.yaml. Config validation, the DVC matrices (through the `baselines` and `methods`
+params section in conf/config.yaml. Config validation, the DVC matrices (through the `baseline_methods` and `methods`
 params, which must name registered methods), the result tables and the README's method table all read this.
 The factory is named as "module:Class" and imported only when a stage builds that method, so a stage imports
 (and DVC tracks) the code of its own method only.

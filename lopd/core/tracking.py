@@ -1,43 +1,94 @@
 """MLflow logging that can never lose results.
 
-Every stage is one MLflow run in the experiment `<prefix>-<profile>`, tagged with the git commit,
-the profile and the stage. The JSON metrics files each stage writes are the source of truth: if
-MLflow is unavailable or fails mid-run, the tracker warns once and the stage carries on.
+Run hierarchy, in the experiment `<prefix>-<profile>`:
+
+    parent run: one per pipeline invocation (`dvc repro`, one `dvc exp run`, each experiment `dvc queue start` runs),
+    |           named after the DVC experiment (or `dvc repro`), tagged with the invocation key (`lopd.invocation`)
+    +-- child run: one per stage, named after the DVC stage (`train@grpo`, `eval@lopd-humaneval_plus`, ...)
+
+DVC runs every stage as its own process, so there is no shared object to hold the parent: the first stage of an
+invocation creates it and later stages find it by its invocation key (`invocation_key`: the DVC experiment name
+plus the pid and start time of the `dvc` process the stage descends from). A stage not run by DVC (no DVC_STAGE
+in its environment) is a top-level run with no parent. The parent's status follows its children: RUNNING while
+one runs, then FINISHED, or FAILED once any child failed or was killed; its end time is its last child's.
+
+A run ends FINISHED, FAILED (an exception or a non-zero `sys.exit`) or KILLED (Ctrl-C, or SIGTERM while the Tracker
+is open). The JSON metrics files each stage writes are the source of truth: if MLflow is unavailable or fails
+mid-run, the tracker warns once and the stage carries on.
 
 Safe under concurrency: stages share one sqlite store, so every MLflow call on it (schema creation on first
-use, experiment creation, run writes) holds a file lock next to the db. Fast to fail: an http(s) server is
-probed once with a short timeout, and MLflow's own retries are capped, so a dead server costs seconds.
+use, experiment and parent-run creation, run writes) holds a file lock next to the db. Fast to fail: an http(s)
+server is probed once with a short timeout, and MLflow's own retries are capped, so a dead server costs seconds.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from lopd.core.config import REPO_ROOT, Config, mlflow_uri
+from lopd.core.provenance import PACKAGES
 
 OFF = "off"
 """`tracking.mlflow_uri: off` (or LOPD_MLFLOW_URI=off) logs nothing to MLflow; the JSON metrics files are unaffected."""
+RUNNING, FINISHED, FAILED, KILLED = "RUNNING", "FINISHED", "FAILED", "KILLED"
+INVOCATION_TAG = "lopd.invocation"
+"""Marks a parent run; its value is the invocation key later stages look the parent up by."""
+PARENT_TAG = "mlflow.parentRunId"
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+"""The UI's model-training view (runs, params, metrics); without the tag it may open its GenAI (traces) view."""
+REPRO_RUN_NAME = "dvc repro"
+"""Name of the parent run of an invocation that is not a DVC experiment."""
+CODE_PATHS = (*PACKAGES, "scripts", "conf", "dvc.yaml", "requirements.txt", "Makefile")
+"""What `git.dirty` looks at: the code and its definition. Not params.yaml and dvc.lock (DVC rewrites them and records
+them itself) nor the git-tracked stage outputs (metrics/, plots/, reports/), which every re-run rewrites: otherwise
+every experiment, and every stage after the first, would be dirty."""
+
 _METRIC_NAME = re.compile(r"[^0-9A-Za-z_\-. :/]")
+_KEY_CHARS = re.compile(r"[^0-9A-Za-z_\-.:@/+]")  # the key goes into a quoted search filter: keep it plain
 _LOCK_TIMEOUT_S = 60  # bounds a wait on a stuck peer; the longest holder is the first-use schema migration
 _PROBE_TIMEOUT_S = 3
+_SYSTEM_METRICS_INTERVAL_S = 10  # one sample per 10 s: a few hundred points for an hour of training
 # MLflow's defaults (7 retries with exponential backoff, 120 s timeout) spend minutes on a dead server.
 _HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 
+Ancestor = tuple[int, float, Sequence[str]]
+"""A process above this one: (pid, create_time, cmdline)."""
+
+
+def _git(*args: str) -> subprocess.CompletedProcess | None:
+    try:
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
 
 def git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
+    out = _git("rev-parse", "HEAD")
+    return (out.stdout.strip() if out else "") or "unknown"
+
+
+def git_dirty() -> str:
+    """"true" when tracked files of CODE_PATHS differ from HEAD, "false" when not, "unknown" without git.
+    Runs in REPO_ROOT: for a queued experiment that is DVC's temporary copy, where the queued changes are
+    uncommitted."""
+    # --no-optional-locks: never take the index lock that a concurrent `dvc exp` git operation may need
+    out = _git("--no-optional-locks", "status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)
+    if out is None or out.returncode != 0:
         return "unknown"
+    return "true" if out.stdout.strip() else "false"
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -75,29 +126,144 @@ def probe_server(uri: str) -> None:
 
 
 def get_or_create_experiment(mlflow, name: str, artifact_location: str | None) -> str:
-    """The id of experiment `name`, creating it if needed; tolerates another process creating it meanwhile."""
+    """The id of experiment `name`, creating it if needed (tolerates another process creating it meanwhile), with
+    the model-training experiment kind unless someone chose a kind explicitly."""
     experiment = mlflow.get_experiment_by_name(name)
-    if experiment is not None:
-        return experiment.experiment_id
+    if experiment is None:
+        try:
+            return mlflow.create_experiment(name, artifact_location=artifact_location,
+                                            tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+        except mlflow.exceptions.MlflowException:
+            experiment = mlflow.get_experiment_by_name(name)  # lost the race to a peer (e.g. on a shared server)
+            if experiment is None:
+                raise
+    kind = experiment.tags.get(EXPERIMENT_KIND_TAG, "")
+    if not kind or kind.endswith("_inferred") or kind == "no_inferred_type":  # missing, or only the UI's guess
+        mlflow.MlflowClient().set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    return experiment.experiment_id
+
+
+# --- which pipeline invocation a stage belongs to ---
+
+def is_dvc_command(cmdline: Sequence[str]) -> bool:
+    """Whether a process is the `dvc` CLI: `dvc ...` (also as an entry-point script run by its interpreter, which
+    is how the kernel runs a shebang script) or `python -m dvc ...`."""
+    if not cmdline:
+        return False
+    first = os.path.basename(cmdline[0]).removesuffix(".exe")
+    if first == "dvc":
+        return True
+    if first.startswith("python") and len(cmdline) > 1:
+        return os.path.basename(cmdline[1]).removesuffix(".exe") == "dvc" or list(cmdline[1:3]) == ["-m", "dvc"]
+    return False
+
+
+def invocation_key(environ: Mapping[str, str], ancestors: Sequence[Ancestor], host: str = "") -> str | None:
+    """The identity of the pipeline invocation a stage runs in, or None outside one (then the run has no parent).
+
+    DVC sets DVC_STAGE for every stage command but no per-invocation id. The nearest `dvc` process above the stage
+    is the invocation (`dvc repro`, `dvc exp run`, or the `dvc exp exec-run` a queue worker starts per experiment);
+    pid + create_time name a process uniquely on a host. DVC_EXP_NAME is part of the key too, because a long-lived
+    `dvc queue start` worker may run several experiments under one process."""
+    if not environ.get("DVC_STAGE"):
+        return None
+    dvc = next(((pid, started) for pid, started, cmdline in ancestors if is_dvc_command(cmdline)), None)
+    if dvc is None:  # DVC_STAGE without a visible dvc process (set by hand, or processes unreadable)
+        return None
+    experiment = environ.get("DVC_EXP_NAME") or "repro"
+    return _KEY_CHARS.sub("_", f"{experiment}@{host}:{dvc[0]}:{dvc[1]:.2f}")
+
+
+def process_ancestors() -> list[Ancestor]:
+    """This process's ancestors, nearest first; the ones that cannot be read are left out."""
     try:
-        return mlflow.create_experiment(name, artifact_location=artifact_location)
-    except mlflow.exceptions.MlflowException:
-        experiment = mlflow.get_experiment_by_name(name)  # lost the race to a peer (e.g. on a shared server)
-        if experiment is None:
-            raise
-        return experiment.experiment_id
+        import psutil
+    except ImportError:
+        return []
+    ancestors: list[Ancestor] = []
+    with contextlib.suppress(psutil.Error):
+        for proc in psutil.Process().parents():
+            with contextlib.suppress(psutil.Error):
+                ancestors.append((proc.pid, proc.create_time(), proc.cmdline()))
+    return ancestors
+
+
+def find_or_create_parent(client, experiment_id: str, key: str, name: str, tags: dict[str, str],
+                          params: dict[str, str]) -> str:
+    """The run id of invocation `key`'s parent run, created (with the invocation's params) by its first stage.
+    Callers hold the store lock, so two stages cannot both create it; should a store without the lock (a server)
+    ever get two, every stage picks the oldest."""
+    from mlflow.entities import Param
+
+    found = client.search_runs([experiment_id], filter_string=f"tags.`{INVOCATION_TAG}` = '{key}'",
+                               order_by=["attributes.start_time ASC"], max_results=1)
+    if found:
+        return found[0].info.run_id
+    run_id = client.create_run(experiment_id, run_name=name, tags={INVOCATION_TAG: key, **tags}).info.run_id
+    client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()])
+    return run_id
+
+
+def settle_parent(client, experiment_id: str, parent_id: str) -> None:
+    """End a parent run as its children stand: FAILED once any failed or was killed, else FINISHED; its end time is
+    the last child's end time. Called as each child ends (a later child sets the parent RUNNING again)."""
+    children = client.search_runs([experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{parent_id}'")
+    status = FAILED if any(c.info.status in (FAILED, KILLED) for c in children) else FINISHED
+    end_time = max((c.info.end_time for c in children if c.info.end_time), default=None)
+    client.set_terminated(parent_id, status, end_time=end_time)
+
+
+# --- how a stage ended ---
+
+class Terminated(SystemExit):
+    """Raised in the main thread on SIGTERM while a Tracker is open, so the `with` block ends its run KILLED; the
+    process then exits 128 + SIGTERM, the status a shell reports for a SIGTERM death."""
+
+
+def _terminate_handler(owner_pid: int):
+    """A SIGTERM handler raising Terminated in process `owner_pid`; a child forked from it (a data-loader worker)
+    inherits the handler but must still die of SIGTERM as usual."""
+    def handler(signum, frame) -> None:
+        if os.getpid() != owner_pid:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise Terminated(128 + signum)
+
+    return handler
+
+
+def run_status(exc: BaseException | None) -> str:
+    """The MLflow status of a stage that ended with `exc` (None: it returned)."""
+    if exc is None:
+        return FINISHED
+    if isinstance(exc, (KeyboardInterrupt, Terminated)):
+        return KILLED
+    if isinstance(exc, SystemExit):  # our stages end with sys.exit("error: ...") on bad input
+        return FINISHED if exc.code in (None, 0) else FAILED
+    return FAILED
 
 
 class Tracker:
-    """One MLflow run per stage; every call is a no-op after the first MLflow failure."""
+    """One MLflow run per stage, the child of its invocation's parent run (see the module docstring); every call is a
+    no-op after the first MLflow failure. `system_metrics=True` (training stages) also samples CPU, memory, disk,
+    network and GPU use into the run (`system/...` metrics) every 10 s."""
 
-    def __init__(self, cfg: Config, stage: str):
+    def __init__(self, cfg: Config, stage: str, *, system_metrics: bool = False):
         self.enabled = True
+        self.run_id: str | None = None
+        self.parent_run_id: str | None = None
         self._mlflow = None
+        self._client = None
+        self._experiment_id: str | None = None
+        self._open = False
         self._lock = contextlib.nullcontext()
-        self._guard(self._start, cfg, stage)
+        self._previous_sigterm = None
+        self._guard(self._start, cfg, stage, system_metrics)
+        if self._open:
+            self._install_sigterm()
 
-    def _start(self, cfg: Config, stage: str) -> None:
+    def _start(self, cfg: Config, stage: str, system_metrics: bool) -> None:
         uri = mlflow_uri(cfg)
         if uri == OFF:
             self.enabled = False
@@ -111,13 +277,30 @@ class Tracker:
         sqlite = uri.startswith("sqlite:///")
         artifacts = (Path(uri.removeprefix("sqlite:///")).parent / "artifacts").as_uri() if sqlite else None
         name = f"{cfg.tracking.experiment_prefix}-{cfg.profile}"
-        tags = {"stage": stage, "profile": cfg.profile, "git_commit": git_commit()}
+        env = os.environ
+        key = invocation_key(env, process_ancestors(), socket.gethostname())
+        source = _source_tags(cfg, env)  # git runs outside the lock: it can take a moment on a big tree
+        tags = {"dvc.stage": env.get("DVC_STAGE") or stage, **source}
+        params = {k: str(v)[:500] for k, v in flatten(cfg.to_dict()).items()}
+        if system_metrics:
+            _configure_system_metrics(mlflow)
         with self._lock:  # first use of a fresh store creates its schema: only one process may do that
             mlflow.set_tracking_uri(uri)
-            mlflow.set_experiment(experiment_id=get_or_create_experiment(mlflow, name, artifacts))
-            mlflow.start_run(run_name=stage, tags=tags)
-            mlflow.log_params({k: str(v)[:500] for k, v in flatten(cfg.to_dict()).items()})
-        self._mlflow = mlflow
+            client = mlflow.MlflowClient()
+            experiment_id = get_or_create_experiment(mlflow, name, artifacts)
+            mlflow.set_experiment(experiment_id=experiment_id)
+            if key:
+                parent_name = env.get("DVC_EXP_NAME") or REPRO_RUN_NAME
+                parent_tags = {**source, **({"dvc.baseline_rev": env["DVC_EXP_BASELINE_REV"]}
+                                            if env.get("DVC_EXP_BASELINE_REV") else {})}
+                self.parent_run_id = find_or_create_parent(client, experiment_id, key, parent_name, parent_tags,
+                                                           params)
+                client.update_run(self.parent_run_id, status=RUNNING)
+            run = mlflow.start_run(run_name=tags["dvc.stage"], tags=tags, parent_run_id=self.parent_run_id,
+                                   log_system_metrics=True if system_metrics else None)  # None: MLflow's env default
+            mlflow.log_params(params)
+        self._mlflow, self._client, self._experiment_id = mlflow, client, experiment_id
+        self.run_id, self._open = run.info.run_id, True
 
     def _guard(self, fn, *args, **kwargs) -> None:
         if not self.enabled:
@@ -142,11 +325,52 @@ class Tracker:
     def log_artifact(self, path: str | Path) -> None:
         self._guard(self._locked, lambda: self._mlflow.log_artifact(str(path)))
 
-    def close(self, status: str = "FINISHED") -> None:
-        self._guard(self._locked, lambda: self._mlflow.end_run(status=status))
+    def log_figure(self, fig, artifact_file: str) -> None:
+        """Save a matplotlib figure into the run's artifacts as `artifact_file` (e.g. `curves/loss.png`)."""
+        self._guard(self._locked, lambda: self._mlflow.log_figure(fig, artifact_file))
+
+    def close(self, status: str = FINISHED) -> None:
+        """End the run with `status` and update its parent; a second call does nothing."""
+        self._restore_sigterm()  # first: a SIGTERM while ending the run falls back to the previous handler
+        self._guard(self._locked, lambda: self._end(status))
+
+    def _end(self, status: str) -> None:
+        if not self._open:
+            return
+        self._open = False
+        self._mlflow.end_run(status=status)  # also stops the system-metrics thread
+        if self.parent_run_id:
+            settle_parent(self._client, self._experiment_id, self.parent_run_id)
+
+    def _install_sigterm(self) -> None:
+        if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
+            previous = signal.signal(signal.SIGTERM, _terminate_handler(os.getpid()))
+            self._previous_sigterm = signal.SIG_DFL if previous is None else previous  # None: set outside Python
+
+    def _restore_sigterm(self) -> None:
+        if self._previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+            self._previous_sigterm = None
 
     def __enter__(self) -> "Tracker":
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.close("FAILED" if exc_type else "FINISHED")
+        self.close(run_status(exc))
+
+
+def _source_tags(cfg: Config, environ: Mapping[str, str]) -> dict[str, str]:
+    """Tags a stage's run and its parent share: what ran, from which code, in which DVC experiment."""
+    commit = git_commit()
+    tags = {"mlflow.source.git.commit": commit, "git.commit": commit, "git.dirty": git_dirty(),
+            "profile": cfg.profile}
+    if environ.get("DVC_EXP_NAME"):
+        tags["dvc.experiment"] = environ["DVC_EXP_NAME"]
+    return tags
+
+
+def _configure_system_metrics(mlflow) -> None:
+    if not os.environ.get("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL"):  # a user's own setting wins
+        mlflow.set_system_metrics_sampling_interval(_SYSTEM_METRICS_INTERVAL_S)
+    # its INFO lines (started, no GPU found, stopped) would clutter every training log; warnings still show
+    logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)

@@ -8,14 +8,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
 from evaluation.coding import taco
-from lopd.core.config import Config
+from lopd.core.config import Config, resolve_path
 from lopd.core.rollout import Rollouts, ScoreFn, Task, single_turn
 
 
 def coding_tasks(cfg: Config) -> list[taco.CodingTask]:
     """The coding training split: a user's TACO file, else the built-in set."""
     try:
-        return taco.load_taco_file(cfg.data.taco_path) if cfg.data.taco_path else taco.load_builtin_tasks()
+        return taco.load_taco_file(resolve_path(cfg.data.taco_path)) if cfg.data.taco_path else taco.load_builtin_tasks()
     except (OSError, ValueError) as err:
         sys.exit(f"error: training tasks: {err}")
 

@@ -1,0 +1,53 @@
+"""What stages write for DVC: scalar metrics under the stage's name, and the training summary from a history."""
+
+import json
+
+import pytest
+
+from pipelines.common import write_metrics
+from pipelines.train import train_summary
+
+
+def test_write_metrics_keeps_numbers_under_the_stage_name(tmp_path):
+    path = tmp_path / "m.json"
+    flat = write_metrics(path, "eval_agentic@lopd", {"envscaler": {"score": 50.0, "n_tasks": 2},
+                                                     "bfcl_base": {"n_tasks": 0}, "wall_s": 1.5, "kl": None})
+    assert json.loads(path.read_text()) == {"eval_agentic@lopd": {"envscaler": {"score": 50.0, "n_tasks": 2},
+                                                                  "bfcl_base": {"n_tasks": 0}, "wall_s": 1.5}}
+    assert flat == {"envscaler.score": 50.0, "envscaler.n_tasks": 2, "bfcl_base.n_tasks": 0, "wall_s": 1.5}
+
+
+@pytest.mark.parametrize("bad", [{"data": "TACO"}, {"ended": {"step_cap": 1, "why": "x"}}, {"passed": True},
+                                 {"history": [1, 2]}])
+def test_write_metrics_refuses_anything_but_numbers_before_writing(tmp_path, bad):
+    path = tmp_path / "m.json"
+    with pytest.raises(TypeError, match="must be a number"):
+        write_metrics(path, "s", bad)
+    assert not path.exists()
+
+
+def test_train_summary_reads_the_history():
+    history = [{"step": 1, "reward": 0.25, "cumulative_rollouts": 8, "kl_mean": 0.5, "beta_next": 0.01,
+                "privilege_margin": -0.1},
+               {"step": 2, "reward": 0.75, "cumulative_rollouts": 16, "kl_mean": 0.25, "beta_next": 0.02,
+                "privilege_margin": 0.2}]
+    assert train_summary(history) == {"reward_final": 0.75, "reward_mean": 0.5, "rollouts": 16, "kl_final": 0.25,
+                                      "delta_final": 0.2, "beta_final": 0.02}
+    assert train_summary([{"step": 1, "reward": 1.0, "cumulative_rollouts": 4}]) == {
+        "reward_final": 1.0, "reward_mean": 1.0, "rollouts": 4}  # GRPO: no KL, Δ or β
+    assert train_summary([]) == {"rollouts": 0}  # vanilla trains nothing
+
+
+def test_training_curves_draw_the_panels_the_histories_have(tmp_path):
+    from evaluation.figures import draw_curves, history_panels
+
+    grpo = [{"step": 1, "cumulative_rollouts": 8, "reward": 0.1, "loss": 0.5},
+            {"step": 2, "cumulative_rollouts": 16, "reward": 0.3, "loss": 0.4}]
+    lopd = [{"step": 1, "cumulative_rollouts": 8, "reward": 0.2, "loss": 0.1, "beta_next": 0.01}]
+    assert [key for key, _ in history_panels({"GRPO": grpo, "LOPD": lopd})] == ["reward", "loss", "beta_next"]
+    path = tmp_path / "fig" / "curves.png"
+    draw_curves({"GRPO": grpo, "LOPD": lopd, "Vanilla": []}, path, "t")
+    first = path.read_bytes()
+    assert first[:8] == b"\x89PNG\r\n\x1a\n"
+    draw_curves({"GRPO": grpo, "LOPD": lopd, "Vanilla": []}, path, "t")
+    assert path.read_bytes() == first  # the same curves give the same file (no version or date in it)
