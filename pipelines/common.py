@@ -149,7 +149,7 @@ def write_json(path: Path, data: Any) -> None:
 def write_metrics(path: Path, stage: str, metrics: dict[str, Any]) -> dict[str, float]:
     """Write a stage's DVC metrics file and return what was written, flattened (`envscaler.score`): numbers only,
     possibly in nested sections (None, meaning not measured, is left out), under the stage's name, so every column
-    of `dvc exp show` has a short unique name (`train_lopd.beta`; DVC prefixes a name two files share with the
+    of `dvc exp show` has a short unique name (`train_lopd.beta_final`; DVC prefixes a name two files share with the
     file's path)."""
     def numbers(section: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         out = {}

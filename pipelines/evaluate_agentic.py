@@ -12,13 +12,13 @@ from statistics import mean
 
 from evaluation.agentic.acebench.user_simulator import LocalModelUser, OpenAICompatibleUser
 from evaluation.agentic.benchmarks import load_benchmark
+from evaluation.stats import wilson_interval
 from lopd.core.config import resolve_model
 from lopd.core.models import load_tokenizer
 from lopd.core.multiturn import run_episodes
 from lopd.core.rollout import make_backend, sampling_params
 from lopd.core.tracking import Tracker
 from lopd.core.trajectory import BEHAVIOUR_KEYS, Trajectory
-from evaluation.stats import wilson_interval
 from pipelines.common import BASE_MODEL_DIR, DOMAINS, parse_args, record_metrics, stage_name, trained_policy, write_json
 
 SCORE_KEYS = ("score", "score_ci_low", "score_ci_high", "n_tasks")

@@ -83,7 +83,8 @@ def main() -> None:
             tracker.log_artifact(TABLES_DIR / name)
         for domain in DOMAINS:
             figure = FIGURES_DIR / f"training_curves_{domain}.png"
-            draw_curves({registry.label(m): history(m, domain) or [] for m in cfg.methods}, figure, f"Training curves, {domain} domain ({cfg.profile} profile, model {cfg.model.name})")
+            draw_curves({registry.label(m): history(m, domain) or [] for m in cfg.methods}, figure,
+                        f"Training curves, {domain} domain ({cfg.profile} profile, model {cfg.model.name})")
             tracker.log_artifact(figure)
         tracker.log_metrics({**table_metrics("code", code), **table_metrics("tool_use", tool_use),
                              **table_metrics("behaviour", behaviour)})

@@ -44,7 +44,8 @@ def main() -> None:
         except (FileNotFoundError, MethodInputError) as err:  # a missing upstream output: say which stage to run
             sys.exit(f"error: {err}")
         history = result["history"]
-        summary = {**train_summary(history), "n_train_tasks": len(tasks), "wall_s": round(time.perf_counter() - start, 1)}
+        summary = {**train_summary(history), "n_train_tasks": len(tasks),
+                   "wall_s": round(time.perf_counter() - start, 1)}
         history_path = domain.plots / "train" / f"{method.name}.json"
         write_json(history_path, history)
         figure = history_path.with_suffix(".png")

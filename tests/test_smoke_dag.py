@@ -28,8 +28,8 @@ IGNORE = shutil.ignore_patterns(".venv", ".git", "models", "checkpoints", "bank"
 # `dvc exp run -S profile=smoke` itself runs all seven methods.
 BASELINES = ["sdpo"]
 ROWS = ["SDPO", "LOPD"]
-LOPD_BRANCH = {"train_lopd", "eval@lopd-humaneval_plus", "eval@lopd-mbpp_plus", "train_lopd_agentic", "eval_agentic@lopd",
-               "report"}
+LOPD_BRANCH = {"train_lopd", "eval@lopd-humaneval_plus", "eval@lopd-mbpp_plus", "train_lopd_agentic",
+               "eval_agentic@lopd", "report"}
 SDPO_BRANCH = {"train@sdpo", "eval@sdpo-humaneval_plus", "eval@sdpo-mbpp_plus", "train_agentic@sdpo",
                "eval_agentic@sdpo", "report"}
 SWEEP = {"margin-002": (["-S", "margin=0.02"], LOPD_BRANCH), "sdpo-ema-01": (["-S", "sdpo.ema_rate=0.1"], SDPO_BRANCH)}
