@@ -67,8 +67,7 @@ class SelfDistillation(Method):
         self.tokenizer = ctx.tokenizer
         self.messages = {t.task_id: t.messages for t in ctx.tasks}
         self.tools = {t.task_id: t.tools for t in ctx.tasks}
-        self.teacher_model = Teacher(self.teacher, ctx.student, ctx.base_dir, self.cfg.model.dtype, self.ema_rate,
-                                     ctx.accelerator)
+        self.teacher_model = Teacher(self.teacher, ctx.student, ctx.base_dir, self.ema_rate, ctx.accelerator)
 
     def prepare(self, trajectories: list[Trajectory]) -> None:
         for traj, messages in zip(trajectories, self.privileged_messages(trajectories)):

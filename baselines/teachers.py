@@ -25,7 +25,7 @@ def ema_update_(teacher: torch.nn.Module, student: torch.nn.Module, rate: float)
 
 
 class Teacher:
-    def __init__(self, kind: TeacherKind, student: torch.nn.Module, base_dir: str | Path, dtype: str,
+    def __init__(self, kind: TeacherKind, student: torch.nn.Module, base_dir: str | Path,
                  ema_rate: float | None = None, accelerator=None):
         if kind not in ("frozen", "ema", "live"):
             raise ValueError(f"teacher kind {kind!r} is not frozen, ema or live")
@@ -35,8 +35,9 @@ class Teacher:
         self.accelerator = accelerator
         if kind == "live":
             self.model = student
-        else:  # frozen and EMA teachers start from the initial weights, which the student starts from too
-            self.model = load_model(base_dir, dtype).eval().requires_grad_(False)
+        else:  # frozen and EMA teachers start from the initial weights, which the student starts from too; in float32,
+            # like the student's master weights, so that an EMA step of rate 0.01 is not rounded away
+            self.model = load_model(base_dir).eval().requires_grad_(False)
 
     @property
     def weight_V_D(self) -> torch.Tensor:

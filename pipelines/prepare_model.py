@@ -16,7 +16,7 @@ def main() -> None:
     with Tracker(cfg, stage_name("prepare_model")) as tracker:
         start = time.perf_counter()
         try:  # builds beside models/base and swaps it in only once it loads: a failure keeps the old model
-            prepare_base_model(resolve_model(cfg.model.name), BASE_MODEL_DIR, seed=cfg.seed, dtype=cfg.model.dtype)
+            prepare_base_model(resolve_model(cfg.model.name), BASE_MODEL_DIR, seed=cfg.seed)
         except (OSError, ValueError) as err:
             sys.exit(f"error: model {cfg.model.name!r}: {' '.join(str(err).split())}")
         tracker.log_metrics({"wall_s": time.perf_counter() - start})

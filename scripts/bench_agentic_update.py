@@ -85,7 +85,7 @@ def run_variant(method_name: str, checkpointing: bool) -> dict:
         method = (LOPD(cfg, lopd_bank(domain.bank, Path(work)), domain.composer, FRAMINGS["agentic"],
                        trace_of=lambda s: s) if method_name == "lopd" else build_method(method_name, cfg, "agentic"))
         accelerator = Accelerator(cpu=True, mixed_precision=cfg.train.mixed_precision)
-        model = load_model(BASE_MODEL_DIR, cfg.model.dtype)
+        model = load_model(BASE_MODEL_DIR)
         if checkpointing:
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         model.train()

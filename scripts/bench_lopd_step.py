@@ -76,7 +76,7 @@ def step_times(cfg) -> dict:
 
     def one_update(method) -> float:
         accelerator = Accelerator(cpu=True, mixed_precision=cfg.train.mixed_precision)
-        model = load_model(BASE_MODEL_DIR, cfg.model.dtype)
+        model = load_model(BASE_MODEL_DIR)
         model.train()
         method.setup(MethodContext(cfg, accelerator, tokenizer, BASE_MODEL_DIR, model, tasks))
         optimizer = torch.optim.AdamW([{"params": list(model.parameters())}, *method.param_groups()],

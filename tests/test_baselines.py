@@ -169,7 +169,7 @@ def test_frozen_teacher_stays_frozen_and_no_gradient_reaches_any_teacher(tiny_mo
     assert all(torch.equal(p, base[k]) for k, p in teacher.named_parameters())
     assert all(not p.requires_grad and p.grad is None for p in teacher.parameters())
     student = load_model(tiny_model_dir)
-    live = Teacher("live", student, tiny_model_dir, "float32")
+    live = Teacher("live", student, tiny_model_dir)
     from lopd.core.trajectory import Trajectory, Turn, collate
     batch = collate([Trajectory("t", [Turn([1, 2, 3], [4, 5], [0.0, 0.0])])], 0)
     hidden = live.hidden_at_actions(batch)

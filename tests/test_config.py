@@ -26,7 +26,7 @@ def test_repo_params_are_the_default_composition():
 
 def test_paper_values_are_the_defaults():
     cfg = Config()
-    assert cfg.to_dict() == {**compose("paper"), "profile": "paper", "model": {"name": "smollm2-135m", "dtype": "float32"},
+    assert cfg.to_dict() == {**compose("paper"), "profile": "paper", "model": {"name": "smollm2-135m"},
                              "bank": {**compose("paper")["bank"], "embedder": "all-minilm-l6-v2"}}
     assert (cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.top_k) == (0.7, 0.95, 20)
     assert (cfg.train.lr, cfg.train.grad_clip, cfg.train.rollouts_per_step) == (1e-5, 1.0, 32)
@@ -51,7 +51,7 @@ def test_paper_values_are_the_defaults():
     ({"grpo": {"group_size": 1}}, "grpo.group_size"),
     ({"train": {"rollouts_per_step": 30}}, "multiple of grpo.group_size"),
     ({"eval": "fast"}, "eval: expected a mapping"),
-    ({"model": {"dtype": "int4"}}, "model.dtype"),
+    ({"model": {"dtype": "bfloat16"}}, "unknown key 'model.dtype'"),  # master weights are always float32
     ({"margin": -0.1}, "margin: must be >= 0"),
     ({"margin": "big"}, "margin: expected a number"),
     ({"latent_tokens": 0}, "latent_tokens: must be >= 1"),

@@ -38,3 +38,41 @@ def test_a_missing_model_folder_is_a_one_line_error_before_anything_loads(tmp_pa
         with pytest.raises(FileNotFoundError, match=f"^{re.escape(str(tmp_path))}: model has no config.json"):
             load(str(tmp_path))
     check_model_dir("HuggingFaceTB/SmolLM2-135M-Instruct")  # a hub id is the hub's business
+
+
+def _one_adamw_step(model: torch.nn.Module, trainer: bool) -> dict[str, torch.Tensor]:
+    """The weight change of one AdamW step at the paper's lr 1e-5 on a fixed next-token loss: as the trainer runs it
+    (accelerate with the config's bf16 autocast) or, for the reference, in plain full precision."""
+    from accelerate import Accelerator
+
+    from lopd.core.config import Config
+
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.0)
+    input_ids = torch.randint(0, 1000, (2, 24), generator=torch.Generator().manual_seed(0))
+    if trainer:
+        accelerator = Accelerator(cpu=True, mixed_precision=Config().train.mixed_precision)
+        model, optimizer = accelerator.prepare(model, optimizer)
+        accelerator.backward(model(input_ids=input_ids, labels=input_ids).loss)
+    else:
+        model(input_ids=input_ids, labels=input_ids).loss.backward()
+    optimizer.step()
+    return {name: p.detach().float() - before[name].float() for name, p in model.named_parameters()}
+
+
+def test_master_weights_take_every_small_update_as_an_fp32_reference_does(tiny_model_dir):
+    """The trainer's weights are float32 and compute runs in bf16 autocast: one AdamW step at lr 1e-5 moves the
+    weights as the all-fp32 step does. A bf16 copy of the weights (the old paper profile) rounds most moves away."""
+    from lopd.core.config import Config
+
+    assert Config().train.mixed_precision == "bf16" and not hasattr(Config().model, "dtype")
+    assert all(p.dtype == torch.float32 for p in load_model(tiny_model_dir).parameters())
+    trained = _one_adamw_step(load_model(tiny_model_dir), trainer=True)
+    reference = _one_adamw_step(load_model(tiny_model_dir), trainer=False)
+    moved = torch.cat([(d != 0).flatten() for d in reference.values()])
+    assert moved.float().mean() > 0.9  # Adam's first step moves every weight with a gradient by ~lr
+    same = torch.cat([((trained[n] - reference[n]).abs() < 2e-6).flatten() for n in reference])
+    assert same.float().mean() > 0.95  # bf16 compute flips only the moves of near-zero gradients
+    bf16 = _one_adamw_step(load_model(tiny_model_dir, "bfloat16"), trainer=False)
+    kept = torch.cat([(d != 0).flatten() for d in bf16.values()])[moved]
+    assert kept.float().mean() < 0.5, kept.float().mean()  # what fp32 master weights prevent

@@ -19,7 +19,7 @@ def existing(tiny_model_dir, tmp_path):
     return out
 
 
-def _broken_build(name, out_dir, seed, dtype):
+def _broken_build(name, out_dir, seed):
     """A build that writes files but no usable model (e.g. killed mid-save, or a bad conversion)."""
     out_dir.mkdir(parents=True)
     (out_dir / "config.json").write_text('{"model_type": "llama", ')

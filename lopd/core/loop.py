@@ -137,7 +137,7 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
         print(f"{out_dir}: {reason}; starting fresh")
         resumed = None
     start_dir = resumed.model_dir if resumed else base_dir
-    model = load_model(start_dir, cfg.model.dtype)
+    model = load_model(start_dir)  # float32 master weights, whatever the saved dtype
     if cfg.train.activation_checkpointing:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     model.train()

@@ -41,7 +41,7 @@ def _dtype(name: str) -> torch.dtype:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
-def prepare_base_model(name: str, out_dir: str | Path, *, seed: int, dtype: str = "float32") -> Path:
+def prepare_base_model(name: str, out_dir: str | Path, *, seed: int) -> Path:
     """Write the model named `name` to `out_dir` as a save_pretrained folder and return the path.
 
     The model is built in a folder next to `out_dir` and must load before it replaces `out_dir`, so a failure
@@ -53,7 +53,7 @@ def prepare_base_model(name: str, out_dir: str | Path, *, seed: int, dtype: str 
         shutil.rmtree(stale)  # left by a run killed mid-build or mid-swap
     new = out_dir.parent / f".{out_dir.name}.new-{os.urandom(4).hex()}"
     try:
-        _write_model(name, new, seed, dtype)
+        _write_model(name, new, seed)
         _check_loads(new)
     except BaseException:
         shutil.rmtree(new, ignore_errors=True)
@@ -79,8 +79,9 @@ def _check_loads(path: Path) -> None:
         safe_open(file, framework="pt").keys()  # validates the header against the file's size
 
 
-def _write_model(name: str, out_dir: Path, seed: int, dtype: str) -> None:
-    """Build the model named `name` and save it (weights + tokenizer) to `out_dir`."""
+def _write_model(name: str, out_dir: Path, seed: int) -> None:
+    """Build the model named `name` and save it (weights + tokenizer) to `out_dir`, a hub model in its own dtype
+    (training loads float32 master weights from it either way)."""
     if name == "smollm2-135m":
         tokenizer = _smollm2_tokenizer()
         gguf_model = AutoModelForCausalLM.from_pretrained(_smollm2_dir(), gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
@@ -98,7 +99,7 @@ def _write_model(name: str, out_dir: Path, seed: int, dtype: str) -> None:
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     else:
         tokenizer = AutoTokenizer.from_pretrained(name)
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=_dtype(dtype))
+        model = AutoModelForCausalLM.from_pretrained(name, dtype="auto")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if tokenizer.chat_template is None:

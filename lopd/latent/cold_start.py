@@ -33,7 +33,7 @@ def build_composer(cfg: Config, base_dir: str | Path) -> tuple[Composer, object]
     """A fresh composer around a frozen copy of the base model (seeded QFormer init) and its tokenizer."""
     torch.manual_seed(cfg.seed)
     tokenizer = load_tokenizer(base_dir)
-    backbone = load_model(base_dir, cfg.model.dtype)
+    backbone = load_model(base_dir)
     return Composer(backbone, tokenizer, cfg.composer, cfg.latent_tokens), tokenizer
 
 

@@ -47,7 +47,7 @@ class LOPD(Method):
     def setup(self, ctx: MethodContext) -> None:
         cfg = self.cfg
         self.accelerator, self.tokenizer = ctx.accelerator, ctx.tokenizer
-        self.composer = Composer(load_model(ctx.base_dir, cfg.model.dtype), ctx.tokenizer, cfg.composer,
+        self.composer = Composer(load_model(ctx.base_dir), ctx.tokenizer, cfg.composer,
                                  cfg.latent_tokens)
         for name in (COMPOSER_FILE, ANCHORS_FILE):
             if not (self.composer_dir / name).exists():
