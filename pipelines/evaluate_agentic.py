@@ -19,7 +19,8 @@ from lopd.core.multiturn import run_episodes
 from lopd.core.rollout import make_backend, sampling_params
 from lopd.core.tracking import Tracker
 from lopd.core.trajectory import BEHAVIOUR_KEYS, Trajectory
-from pipelines.common import BASE_MODEL_DIR, DOMAINS, parse_args, record_metrics, stage_name, trained_policy, write_json
+from pipelines.common import (BASE_MODEL_DIR, DOMAINS, parse_args, stage_name, trained_policy, write_json,
+                              write_metrics)
 
 SCORE_KEYS = ("score", "score_ci_low", "score_ci_high", "n_tasks")
 """What DVC shows per benchmark (score 0-100 with its 95% CI); behaviour and timings are in the results files."""
@@ -119,7 +120,9 @@ def main() -> None:
             scores[name] = {k: summary[k] for k in SCORE_KEYS if k in summary}
             print(f"{args.method} on {name}: {summary.get('score', summary.get('note'))} "
                   f"({summary['wall_s']}s)", flush=True)
-        record_metrics(tracker, domain.metrics / "eval" / f"{args.method}.json", stage, scores)
+        path = domain.metrics / "eval" / f"{args.method}.json"
+        write_metrics(path, stage, scores)  # its numbers are logged above, benchmark by benchmark
+        tracker.log_artifact(path)
 
 
 if __name__ == "__main__":

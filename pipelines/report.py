@@ -17,15 +17,14 @@ TABLES_DIR = REPO_ROOT / "reports" / "tables"
 FIGURES_DIR = REPO_ROOT / "reports" / "figures"
 
 
-def history(method: str, domain: str) -> list[dict] | None:
-    """A method's per-step training history in a domain (None if it has not been trained)."""
-    path = DOMAINS[domain].plots / "train" / f"{method}.json"
-    return json.loads(path.read_text()) if path.exists() else None
+def histories(methods: list[str], domain: str) -> dict[str, list[dict] | None]:
+    """Each method's per-step training history in a domain (None if it has not been trained)."""
+    paths = {m: DOMAINS[domain].plots / "train" / f"{m}.json" for m in methods}
+    return {m: json.loads(path.read_text()) if path.exists() else None for m, path in paths.items()}
 
 
-def rollouts_trained(method: str, domain: str) -> int | str:
-    """The rollout budget a method's checkpoint was trained with."""
-    steps = history(method, domain)
+def rollouts_trained(steps: list[dict] | None) -> int | str:
+    """The rollout budget a checkpoint was trained with, from its history."""
     return "n/a" if steps is None else steps[-1]["cumulative_rollouts"] if steps else 0
 
 
@@ -40,9 +39,9 @@ def load_summaries(domain: str, methods: list[str], benchmarks: list[str]) -> di
     return summaries
 
 
-def budget_note(methods: list[str], domain: str) -> str:
-    return "Training rollouts: " + ", ".join(f"{registry.label(m)} {rollouts_trained(m, domain)}"
-                                             for m in methods) + "."
+def budget_note(trained: dict[str, list[dict] | None]) -> str:
+    return "Training rollouts: " + ", ".join(f"{registry.label(m)} {rollouts_trained(steps)}"
+                                             for m, steps in trained.items()) + "."
 
 
 def outputs(stem: str, table: Table, title: str) -> dict[str, str]:
@@ -58,14 +57,15 @@ def table_metrics(name: str, table: Table) -> dict[str, float]:
 def main() -> None:
     _, cfg = parse_args(__doc__)
     with Tracker(cfg, stage_name("report")) as tracker:
+        trained = {domain: histories(cfg.methods, domain) for domain in DOMAINS}
         code = code_table(load_summaries("code", cfg.methods, cfg.benchmarks), cfg.methods)
-        code.notes.append(budget_note(cfg.methods, "code"))
+        code.notes.append(budget_note(trained["code"]))
         subset = "all tasks" if cfg.eval.task_limit is None else f"first {cfg.eval.task_limit} tasks per benchmark"
         title = (f"Code results ({cfg.profile} profile, model {cfg.model.name}, pass@1 (%) over "
                  f"{cfg.eval.n_samples} sample(s), {subset})")
         agentic = load_summaries("agentic", cfg.methods, cfg.agentic.benchmarks)
         tool_use = tool_use_table(agentic, cfg.methods)
-        tool_use.notes.append(budget_note(cfg.methods, "agentic"))
+        tool_use.notes.append(budget_note(trained["agentic"]))
         data = sorted({s["data"] for runs in agentic.values() for b, s in runs.items()
                        if b == "envscaler" and "data" in s})
         limit = cfg.agentic.task_limit
@@ -83,7 +83,7 @@ def main() -> None:
             tracker.log_artifact(TABLES_DIR / name)
         for domain in DOMAINS:
             figure = FIGURES_DIR / f"training_curves_{domain}.png"
-            draw_curves({registry.label(m): history(m, domain) or [] for m in cfg.methods}, figure,
+            draw_curves({registry.label(m): steps or [] for m, steps in trained[domain].items()}, figure,
                         f"Training curves, {domain} domain ({cfg.profile} profile, model {cfg.model.name})")
             tracker.log_artifact(figure)
         tracker.log_metrics({**table_metrics("code", code), **table_metrics("tool_use", tool_use),
