@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: setup reproduce test smoke bench exps compare
+.PHONY: setup reproduce test smoke bench exps compare gpu-check
 
 setup:
 	bash scripts/setup.sh
@@ -27,3 +27,8 @@ exps: setup
 # Compare pipeline runs without the MLflow UI, e.g. `make compare ARGS="--stage train_lopd --metrics beta"`.
 compare: setup
 	python scripts/compare.py $(ARGS)
+
+# On a machine with CUDA GPUs: device placement, the vLLM backend, the smoke DAG on CUDA, and a multi-GPU agreement
+# check (scripts/gpu_check.py; writes reports/perf/gpu_check.json). Needs the GPU packages: requirements-gpu.txt.
+gpu-check: setup
+	python scripts/gpu_check.py

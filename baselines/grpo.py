@@ -32,8 +32,8 @@ class GRPO(Method):
         return self.cfg.group_size
 
     def prepare(self, trajectories: list[Trajectory]) -> None:
-        rewards_B = torch.tensor([t.reward for t in trajectories])
-        groups_B = torch.tensor([t.group for t in trajectories])
+        rewards_B = torch.tensor([t.reward for t in trajectories], device="cpu")  # a handful of scalars
+        groups_B = torch.tensor([t.group for t in trajectories], device="cpu")
         for traj, adv in zip(trajectories, group_advantages(rewards_B, groups_B).tolist()):
             traj.advantage = adv
 
@@ -44,5 +44,8 @@ class GRPO(Method):
     def loss(self, student: PolicyOutputs, batch: TokenBatch,
              trajectories: list[Trajectory]) -> tuple[torch.Tensor, dict[str, float]]:
         logp_B_T = student.logp_B_T()
-        return ppo_clip_loss(logp_B_T, logp_B_T.detach(), batch.advantages_B,
-                             batch.action_mask_B_T, self.cfg.clip_low, self.cfg.clip_high)
+        w_N = student.token_weights_N()  # train.tis_cap: None when off
+        loss, metrics = ppo_clip_loss(logp_B_T, logp_B_T.detach(), batch.advantages_B, batch.action_mask_B_T,
+                                      self.cfg.clip_low, self.cfg.clip_high,
+                                      None if w_N is None else student.scatter_B_T(w_N))
+        return loss, {**metrics, **student.tis_metrics(w_N)}

@@ -86,8 +86,10 @@ class SelfDistillation(Method):
             rows.append(with_prompt(traj, prompt))
             if messages is not None:
                 extra.append(len(prompt) - len(traj.turns[0].context_ids))
-        hidden_t_N_D = self.teacher_model.hidden_at_actions(collate(rows, self.tokenizer.pad_token_id))
-        weights_B = torch.tensor([float(t.metadata[TEACHER_MESSAGES] is not None) for t in trajectories])
+        hidden_t_N_D = self.teacher_model.hidden_at_actions(collate(rows, self.tokenizer.pad_token_id,
+                                                                    self.teacher_model.device))
+        weights_B = torch.tensor([float(t.metadata[TEACHER_MESSAGES] is not None) for t in trajectories],
+                                 device=hidden_t_N_D.device)
         return hidden_t_N_D, weights_B, {"teacher_context_tokens": sum(extra) / len(extra) if extra else 0.0}
 
     def loss(self, student: PolicyOutputs, batch: TokenBatch,
@@ -96,8 +98,9 @@ class SelfDistillation(Method):
         kl_N, student.logp_N, _ = chunked_distillation(
             student.hidden_N_D, student.weight_V_D, hidden_t_N_D, self.teacher_model.weight_V_D, student.targets_N,
             self.divergence(), student.temperature, student.chunk_size)
-        loss, loss_metrics = distillation_loss(kl_N, student.sequence_N, weights_B)
-        return loss, {**loss_metrics, **metrics}
+        w_N = student.token_weights_N()  # train.tis_cap (from the logp_N just set); None when off
+        loss, loss_metrics = distillation_loss(kl_N, student.sequence_N, weights_B, w_N)
+        return loss, {**loss_metrics, **metrics, **student.tis_metrics(w_N)}
 
     def after_step(self, metrics: dict[str, float], trajectories: list[Trajectory]) -> dict[str, float]:
         self.teacher_model.after_step()

@@ -86,8 +86,8 @@ class SkillSD(SelfDistillation):
 
     def prepare(self, trajectories: list[Trajectory]) -> None:
         super().prepare(trajectories)
-        advantages_B = group_advantages(torch.tensor([t.reward for t in trajectories]),
-                                        torch.tensor([t.group for t in trajectories]))
+        advantages_B = group_advantages(torch.tensor([t.reward for t in trajectories], device="cpu"),
+                                        torch.tensor([t.group for t in trajectories], device="cpu"))
         for traj, adv in zip(trajectories, advantages_B.tolist()):
             traj.advantage = adv
 
@@ -98,19 +98,20 @@ class SkillSD(SelfDistillation):
              trajectories: list[Trajectory]) -> tuple[torch.Tensor, dict[str, float]]:
         c = self.cfg.skill_sd
         logp_B_T = student.logp_B_T()
+        w_N = student.token_weights_N()  # train.tis_cap: weights both the PPO surrogate and the SDL term
         ppo, metrics = ppo_clip_loss(logp_B_T, logp_B_T.detach(), batch.advantages_B, batch.action_mask_B_T,
-                                     c.clip_low, c.clip_high)
+                                     c.clip_low, c.clip_high, None if w_N is None else student.scatter_B_T(w_N))
         hidden_t_N_D, weights_B, teacher_metrics = self.teacher_view(trajectories)
         logp_t_N = token_logprobs(hidden_t_N_D, self.teacher_model.weight_V_D, student.targets_N,
                                   student.temperature, student.chunk_size)
         logp_s_N = student.logp_N
         sdl_N = sampled_token_reverse_kl(logp_s_N, logp_t_N, importance_weights(logp_s_N, logp_s_N, c.is_clip))
-        sdl, sdl_metrics = distillation_loss(sdl_N, student.sequence_N, weights_B)
+        sdl, sdl_metrics = distillation_loss(sdl_N, student.sequence_N, weights_B, w_N)
         active = weights_B[student.sequence_N] > 0
         log_ratio = (logp_s_N - logp_t_N).detach()[active]
         return ppo + c.sdl_weight * sdl, {
             **metrics, **teacher_metrics, "ppo_loss": ppo.item(), "sdl_loss": sdl.item(),
-            "kl_mean": log_ratio.mean().item() if log_ratio.numel() else 0.0}
+            "kl_mean": log_ratio.mean().item() if log_ratio.numel() else 0.0, **student.tis_metrics(w_N)}
 
     def after_step(self, metrics: dict[str, float], trajectories: list[Trajectory]) -> dict[str, float]:
         out = super().after_step(metrics, trajectories)

@@ -10,7 +10,10 @@ import contextlib
 from pathlib import Path
 
 import torch
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
 
+from lopd.core.device import device
 from lopd.core.methods import TeacherKind
 from lopd.core.models import load_model
 from lopd.core.trajectory import TokenBatch
@@ -18,10 +21,12 @@ from lopd.core.trajectory import TokenBatch
 
 @torch.no_grad()
 def ema_update_(teacher: torch.nn.Module, student: torch.nn.Module, rate: float) -> None:
-    """theta_T <- (1 - rate) theta_T + rate theta_S, in place, parameter by parameter."""
+    """theta_T <- (1 - rate) theta_T + rate theta_S, in place, parameter by parameter (an FSDP2 student's shards
+    are gathered one parameter at a time: collective)."""
     student_params = dict(student.named_parameters())
     for name, p in teacher.named_parameters():
-        p.lerp_(student_params[name].detach().to(p.dtype), rate)
+        theta_s = student_params[name].detach()
+        p.lerp_((theta_s.full_tensor() if isinstance(theta_s, DTensor) else theta_s).to(p.dtype), rate)
 
 
 class Teacher:
@@ -37,20 +42,46 @@ class Teacher:
             self.model = student
         else:  # frozen and EMA teachers start from the initial weights, which the student starts from too; in float32,
             # like the student's master weights, so that an EMA step of rate 0.01 is not rounded away
-            self.model = load_model(base_dir).eval().requires_grad_(False)
+            self.model = load_model(base_dir).to(device()).eval().requires_grad_(False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.get_output_embeddings().weight.device
 
     @property
     def weight_V_D(self) -> torch.Tensor:
-        return self.model.get_output_embeddings().weight.detach()
+        weight = self.model.get_output_embeddings().weight.detach()
+        return weight.full_tensor() if isinstance(weight, DTensor) else weight  # a live FSDP2 student's shard
 
     @torch.no_grad()
     def hidden_at_actions(self, batch: TokenBatch) -> torch.Tensor:
         """Final hidden states [N, D] at the batch's action positions (row-major, as the student's)."""
         autocast = self.accelerator.autocast() if self.accelerator is not None else contextlib.nullcontext()
         with autocast:
-            out = self.model(input_ids=batch.input_ids_B_L, attention_mask=batch.attention_mask_B_L,
-                             output_hidden_states=True, logits_to_keep=1, use_cache=False)
-        return out.hidden_states[-1][:, :-1][batch.action_mask_B_T > 0]
+            # the decoder alone: only the last hidden state exists, not one per layer (~3 GB per 17k-token
+            # sequence on a 4B model), and no logits
+            inputs = dict(input_ids=batch.input_ids_B_L, attention_mask=batch.attention_mask_B_L, use_cache=False)
+            if isinstance(self.model, FSDPModule):
+                out = self._sharded_decoder(inputs)
+            else:
+                out = self.model.get_decoder()(**inputs)
+        return out.last_hidden_state[:, :-1][batch.action_mask_B_T > 0]
+
+    def _sharded_decoder(self, inputs: dict):
+        """The decoder's output for a live teacher that is an FSDP2-sharded student: its root's forward hooks gather
+        the embedding and final norm, which calling the decoder directly would bypass, so the pass goes through the
+        root (one position's logits) and the decoder's output is caught on the way. Collective."""
+        caught = []
+
+        def catch(module, args, output) -> None:
+            caught.append(output)
+
+        handle = self.model.get_decoder().register_forward_hook(catch)
+        try:
+            self.model(**inputs, logits_to_keep=1)
+        finally:
+            handle.remove()
+        return caught[0]
 
     def after_step(self) -> None:
         """Follow the student after its optimizer step (EMA teachers only; a frozen one never moves)."""

@@ -8,7 +8,10 @@ import sys
 import time
 from statistics import mean
 
+from accelerate import PartialState
+
 from evaluation.figures import draw_curves
+from lopd.core.distributed import ProcessSplitError
 from lopd.core.loop import MethodInputError, train
 from lopd.core.tracking import Tracker
 from pipelines.common import (BASE_MODEL_DIR, DOMAIN_ARG, DOMAINS, build_method, for_domain, parse_args,
@@ -41,8 +44,10 @@ def main() -> None:
         try:
             result = train(cfg, method, tasks, collect, BASE_MODEL_DIR, domain.checkpoints / method.name, tracker,
                            stage_modules("pipelines.train", domain=args.domain))
-        except (FileNotFoundError, MethodInputError) as err:  # a missing upstream output: say which stage to run
+        except (FileNotFoundError, MethodInputError, ProcessSplitError) as err:  # e.g. a missing upstream output
             sys.exit(f"error: {err}")
+        if not PartialState().is_main_process:  # one process writes the run's outputs
+            return
         history = result["history"]
         summary = {**train_summary(history), "n_train_tasks": len(tasks),
                    "wall_s": round(time.perf_counter() - start, 1)}

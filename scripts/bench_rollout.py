@@ -4,8 +4,13 @@ Measures on the same batch of coding prompts (batch 32 by default):
 - prefill: tokens/s of one forward pass over [batch, prompt + response] tokens (the ceiling);
 - the loop's sampler (HFBackend): decode-only tokens/s (the target is >= 0.6 of prefill) and end-to-end
   tokens/s including its prompt prefill, against plain `model.generate` end-to-end on the same batch;
-- one GRPO step's wall time split into sampling / reward (sandbox) / update (forward + backward + AdamW).
-Run: python scripts/bench_rollout.py [--model-dir models/base] [--batch 32] [--new-tokens 128]
+- one GRPO step's wall time split into sampling / reward (sandbox) / update (forward + backward + AdamW);
+- `vllm` (when vllm is installed): the in-process vLLM engine (VLLMBackend) against HFBackend on the same prompts at
+  the training setting (the measurement above), an evaluation setting (a longer budget, rollouts stop at EOS, all
+  prompts submitted at once: vLLM's continuous batching), and an agentic-style multi-turn episode (each turn's prompt
+  is the previous one + the completion + a tool message) with and without prefix caching.
+Only SmolLM2-135M is measured: the 0.5B coder model is not registered in the project yet.
+Run: python scripts/bench_rollout.py [--model-dir models/base] [--batch 32] [--new-tokens 128] [--dtype float32]
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import platform
 import tempfile
 import time
 from pathlib import Path
+from typing import Sequence
 
 import torch
 
@@ -24,8 +30,13 @@ from lopd.core.config import REPO_ROOT, resolve
 from lopd.core.loop import train
 from lopd.core.rollout import encode_prompt, make_backend, single_turn
 from lopd.core.models import load_model, load_tokenizer
-from lopd.core.sampling import SamplingParams
+from lopd.core.multiturn import continuation_ids, end_of_turn_id
+from lopd.core.sampling import HFBackend, RolloutBackend, SamplingParams
+from lopd.core.vllm_backend import vllm_available
 from pipelines.domains.code import coding_training_tasks
+
+TOOL_MESSAGE = ('{"status": "ok", "stdout": "3 tests passed, 1 failed: test_empty_input expected 0, got None", '
+                '"hint": "handle the empty case before the loop"}')
 
 
 def timed(fn):
@@ -39,11 +50,18 @@ def main() -> None:
     parser.add_argument("--model-dir", default=str(REPO_ROOT / "models" / "base"))
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--dtype", default=None, help="rollout dtype of both backends (default: sampling.dtype)")
+    parser.add_argument("--eval-new-tokens", type=int, default=256, help="vllm section: evaluation-setting budget")
+    parser.add_argument("--episodes", type=int, default=8, help="vllm section: multi-turn episodes run together")
+    parser.add_argument("--turns", type=int, default=4, help="vllm section: turns per episode")
+    parser.add_argument("--turn-tokens", type=int, default=48, help="vllm section: new tokens per turn")
     parser.add_argument("--out", default=str(REPO_ROOT / "reports" / "perf" / "rollout.json"))
     args = parser.parse_args()
 
-    cfg = resolve({"profile": "cpu", "sampling": {"batch_size": args.batch, "max_new_tokens": args.new_tokens},
-                   "train": {"steps": 1, "rollouts_per_step": args.batch}})
+    sampling = {"batch_size": args.batch, "max_new_tokens": args.new_tokens, "backend": "hf"}
+    if args.dtype:
+        sampling["dtype"] = args.dtype
+    cfg = resolve({"profile": "cpu", "sampling": sampling, "train": {"steps": 1, "rollouts_per_step": args.batch}})
     tokenizer = load_tokenizer(args.model_dir)
     tasks, score = coding_training_tasks(cfg)
     prompts = [encode_prompt(tokenizer, t.messages) for t in tasks[:args.batch]]
@@ -81,13 +99,16 @@ def main() -> None:
             max_new_tokens=args.new_tokens, pad_token_id=tokenizer.pad_token_id))
     generated = int(((out[:, enc["input_ids"].shape[1]:] != tokenizer.pad_token_id)).sum())
 
-    # One GRPO step of the real loop on the same budget.
+    vllm = bench_vllm(args, cfg, tokenizer, prompts, params, backend, sampled / sampler_s) if vllm_available() else None
+
+    # One GRPO step of the real loop on the same budget (HFBackend).
     with tempfile.TemporaryDirectory() as step_dir:
         step = train(cfg, GRPO(cfg.grpo), tasks, single_turn(score), args.model_dir, step_dir)["history"][0]
 
     result = {
         "model_dir": str(Path(args.model_dir).name), "batch": args.batch, "max_new_tokens": args.new_tokens,
         "rollout_dtype": cfg.sampling.dtype, "threads": torch.get_num_threads(), "cpu": platform.processor(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "prefill_tokens_per_s": round(prefill_tps, 1),
         "sampler_decode_tokens_per_s": round(decode_tps, 1),
         "sampler_decode_over_prefill": round(decode_tps / prefill_tps, 3),
@@ -98,10 +119,77 @@ def main() -> None:
                       "reward_s": round(step["time_reward_s"], 2), "update_s": round(step["time_update_s"], 2),
                       "completions/mean_length": round(step["completions/mean_length"], 1),
                       "trained_fraction": step["trained_fraction"]},
+        "models_note": "SmolLM2-135M only: the 0.5B coder model is not registered in the project yet",
+        "vllm": vllm or "not installed",
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
+
+
+def tokens_per_s(backend: RolloutBackend, prompts: Sequence[Sequence[int]], params: SamplingParams,
+                 seed: int) -> dict:
+    """End-to-end sampled tokens/s of one `generate` call over all prompts (prompt prefill included)."""
+    completions, seconds = timed(lambda: backend.generate(prompts, params, seed))
+    sampled = sum(len(c.token_ids) for c in completions)
+    return {"sampled_tokens": sampled, "wall_s": round(seconds, 2), "tokens_per_s": round(sampled / seconds, 1)}
+
+
+def episode(backend: RolloutBackend, tokenizer, prompts: Sequence[Sequence[int]], params: SamplingParams,
+            turns: int) -> dict:
+    """Wall time of `turns` batched steps of multi-turn episodes, as run_episodes plays them: each turn's prompt is
+    the last prompt + the completion (+ end of turn) + a tool message."""
+    end_of_turn = end_of_turn_id(tokenizer)
+    observation = continuation_ids(tokenizer, [{"role": "tool", "content": TOOL_MESSAGE}], end_of_turn)
+    contexts = [list(p) for p in prompts]
+    prompt_tokens = sampled = 0
+    start = time.perf_counter()
+    for turn in range(turns):
+        prompt_tokens += sum(len(c) for c in contexts)
+        completions = backend.generate(contexts, params, seed=100 + turn)
+        for context, c in zip(contexts, completions):
+            closing = [] if c.token_ids[-1:] == [end_of_turn] else [end_of_turn]
+            context += [*c.token_ids, *closing, *observation]
+            sampled += len(c.token_ids)
+    return {"wall_s": round(time.perf_counter() - start, 2), "prompt_tokens": prompt_tokens, "sampled_tokens": sampled}
+
+
+def bench_vllm(args, cfg, tokenizer, prompts, params: SamplingParams, hf: HFBackend, hf_train_tps: float) -> dict:
+    """VLLMBackend against HFBackend on the same prompts, stop tokens, dtype and sampling parameters."""
+    from lopd.core.vllm_backend import VLLMBackend
+
+    def engine(prefix_caching: bool):
+        return VLLMBackend(args.model_dir, stop_ids=hf.stop_ids.tolist(), dtype=cfg.sampling.dtype,
+                           kv_cache_gib=cfg.sampling.kv_cache_gib, prefix_caching=prefix_caching)
+
+    vllm, load_s = timed(lambda: engine(True))
+    vllm.generate(prompts[:2], SamplingParams(max_new_tokens=4), seed=0)  # warm-up, as for HFBackend
+    vllm.llm.reset_prefix_cache()
+    train = tokens_per_s(vllm, prompts, params, seed=0)
+    train["hf_tokens_per_s"] = round(hf_train_tps, 1)
+
+    eval_params = SamplingParams(params.temperature, params.top_p, params.top_k, args.eval_new_tokens)
+    vllm.llm.reset_prefix_cache()  # new prompts in a real evaluation: no hits from the run above
+    evaluation = {"prompts": len(prompts), "max_new_tokens": args.eval_new_tokens, "vllm": tokens_per_s(
+        vllm, prompts, eval_params, seed=1), "hf": tokens_per_s(hf, prompts, eval_params, seed=1)}
+
+    turn_params = SamplingParams(params.temperature, params.top_p, params.top_k, args.turn_tokens)
+    episodes = prompts[:args.episodes]
+    vllm.llm.reset_prefix_cache()
+    cached = vllm.stats["cached_prompt_tokens"]
+    with_cache = episode(vllm, tokenizer, episodes, turn_params, args.turns)
+    with_cache["cached_prompt_tokens"] = vllm.stats["cached_prompt_tokens"] - cached
+    without = episode(engine(False), tokenizer, episodes, turn_params, args.turns)
+    multi_turn = {"episodes": len(episodes), "turns": args.turns, "new_tokens_per_turn": args.turn_tokens,
+                  "vllm_prefix_caching": with_cache, "vllm_no_prefix_caching": without,
+                  "hf": episode(hf, tokenizer, episodes, turn_params, args.turns)}
+    faster = {"train_setting": "vllm" if train["tokens_per_s"] > train["hf_tokens_per_s"] else "hf",
+              "eval_setting": max(("vllm", "hf"), key=lambda b: evaluation[b]["tokens_per_s"]),
+              "multi_turn": min(("vllm_prefix_caching", "hf"), key=lambda b: multi_turn[b]["wall_s"])}
+    return {"engine": {"dtype": cfg.sampling.dtype, "enforce_eager": not torch.cuda.is_available(),
+                       "kv_cache_gib": cfg.sampling.kv_cache_gib, "load_s": round(load_s, 1)},
+            "train_setting": {"prompts": len(prompts), "max_new_tokens": params.max_new_tokens, **train},
+            "eval_setting": evaluation, "multi_turn": multi_turn, "faster_backend": faster}
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ def test_paper_values_are_the_defaults():
     ({"methods": ["vanilla", "dpo"]}, "unknown method 'dpo'"),
     ({"grpo": {"group_size": 1}}, "grpo.group_size"),
     ({"train": {"rollouts_per_step": 30}}, "multiple of grpo.group_size"),
+    ({"train": {"sharding": "fsdp"}}, "train.sharding: 'fsdp' is not ddp or fsdp2"),
     ({"eval": "fast"}, "eval: expected a mapping"),
     ({"model": {"dtype": "bfloat16"}}, "unknown key 'model.dtype'"),  # master weights are always float32
     ({"margin": -0.1}, "margin: must be >= 0"),

@@ -48,7 +48,8 @@ LEGACY = ("model", "model.tmp", TRAINER_STATE)
 _STEP_DIR = re.compile(r"step-(\d+)")
 _BUDGET_KEYS = ("steps", "save_every", "activation_checkpointing")
 """Config keys that may change without invalidating a checkpoint: step budgets (a run may be extended), how often
-it saves, and activation checkpointing (same gradients)."""
+it saves, and activation checkpointing (same gradients). Not `train.sharding`: checkpoints of both modes share one
+format, but resuming across modes is untested, so a changed mode starts fresh."""
 
 
 @dataclass
@@ -132,8 +133,11 @@ def step_name(step: int) -> str:
 
 
 def save(out_dir: str | Path, model, tokenizer, optimizer, step: int, history: list[dict],
-         fingerprint: dict[str, str], method: Method) -> Path:
-    """Save step `step` crash-safely (see the module docstring) and return its folder.
+         fingerprint: dict[str, str], method: Method, state_dict: dict[str, torch.Tensor] | None = None,
+         optimizer_state: dict[str, Any] | None = None) -> Path:
+    """Save step `step` crash-safely (see the module docstring) and return its folder. `state_dict` and
+    `optimizer_state`: the model's full weights and the optimizer's full state (`optimizer.state_dict()`'s layout)
+    when their own are shards (the training loop gathers them), else the model's and the optimizer's.
 
     Deliberately no try/finally: a failure at any point must leave exactly what a kill there would.
     """
@@ -142,11 +146,12 @@ def save(out_dir: str | Path, model, tokenizer, optimizer, step: int, history: l
     tmp = _tmp_path(out_dir, "save")
     tmp.mkdir()
     _crash_point("save_started")
-    model.save_pretrained(tmp / MODEL)
+    model.save_pretrained(tmp / MODEL, state_dict=state_dict)
     tokenizer.save_pretrained(tmp / MODEL)
     _crash_point("model_written")
     files = {p.relative_to(tmp).as_posix(): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
-    torch.save({"step": step, "optimizer": optimizer.state_dict(), "history": history, "fingerprint": fingerprint,
+    optimizer_state = optimizer.state_dict() if optimizer_state is None else optimizer_state
+    torch.save({"step": step, "optimizer": optimizer_state, "history": history, "fingerprint": fingerprint,
                 "method": method.state_dict(), "files": files}, tmp / TRAINER_STATE)
     _crash_point("state_written")
     for path in [*tmp.rglob("*"), tmp]:

@@ -84,10 +84,24 @@ class SamplingConfig:
     """Dtype of the rollout engine's copy of the policy (synced from the trainer after every step).
     bfloat16 decodes about 2x faster on CPUs with bf16 units; the trainer recomputes log-probs from its float32
     master weights."""
+    backend: str = "auto"
+    """Rollout engine: hf (the hand-written KV-cache decode loop, lopd/core/sampling.py) | vllm (an in-process vLLM
+    engine: continuous batching, prefix caching; lopd/core/vllm_backend.py) | auto (vllm on a GPU when it is installed,
+    in one process; else hf: on this project's CPU, hf is the faster at the cpu profile's bf16; README, Rollout
+    backends)."""
+    gpu_memory_utilization: float = 0.5
+    """vllm on CUDA: the share of GPU memory the engine may take for weights and KV cache while it samples (the trainer
+    shares the GPU; the engine sleeps, freeing it, during updates)."""
+    kv_cache_gib: float = 2.0
+    """vllm on CPU: KV-cache size in GiB (SmolLM2-135M: about 45k tokens per GiB)."""
 
     def __post_init__(self) -> None:
         _check(self.dtype in ("float32", "bfloat16", "float16"),
                f"sampling.dtype: {self.dtype!r} is not one of float32, bfloat16, float16")
+        _check(self.backend in ("auto", "hf", "vllm"),
+               f"sampling.backend: {self.backend!r} is not one of auto, hf, vllm")
+        _check(0 < self.gpu_memory_utilization <= 1, "sampling.gpu_memory_utilization: must be in (0, 1]")
+        _check(self.kv_cache_gib > 0, "sampling.kv_cache_gib: must be > 0")
         _check(self.temperature > 0, "sampling.temperature: must be > 0")
         _check(0 < self.top_p <= 1, "sampling.top_p: must be in (0, 1]")
         _check(self.top_k >= 1, "sampling.top_k: must be >= 1")
@@ -110,8 +124,9 @@ class TrainConfig:
     mixed_precision: str = "bf16"
     """Autocast for the trainer's forward/backward (`accelerate` mixed precision): bf16 | no. Weights and
     AdamW state stay in float32 (master weights); the vocabulary projection of the loss runs in float32."""
-    micro_batch_size: int = 8
-    """Trajectories per forward/backward pass; gradients accumulate to one optimizer step."""
+    micro_batch_size: int = 1
+    """Trajectories per forward/backward pass; gradients accumulate to one optimizer step. The paper's 16k-token
+    rollouts of a 4B model take one per pass (README: memory at paper scale); the cpu and smoke profiles batch 8."""
     loss_chunk_size: int = 1024
     """Action positions per chunk when computing log-probs over the vocabulary."""
     activation_checkpointing: bool = True
@@ -120,6 +135,16 @@ class TrainConfig:
     without it on SmolLM2-135M)."""
     save_every: int = 50
     """Save a resumable checkpoint every this many steps (and always at the end)."""
+    sharding: str = "ddp"
+    """How the trainer splits the policy over processes (with more than one; a single process never shards):
+    ddp (every process holds all weights and AdamW state; gradients all-reduced) | fsdp2 (torch's `fully_shard` per
+    decoder layer and the root: weights, gradients and AdamW state sharded over processes, float32 master weights
+    with the same bf16 autocast as ddp). Checkpoints hold full weights and optimizer state either way."""
+    tis_cap: float | None = None
+    """Truncated importance sampling (Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL
+    Training"): None = off; a number C >= 1 weights each action token's loss term by the detached
+    min(pi_train(a) / pi_sampler(a), C), correcting for the rollout engine's log-probs (bf16, other kernels) differing
+    from the trainer's. Applied alike to every method's per-token loss (PPO surrogate, SDL term, divergences)."""
 
     def __post_init__(self) -> None:
         _check(self.steps >= 0, "train.steps: must be >= 0")
@@ -131,6 +156,8 @@ class TrainConfig:
         _check(self.micro_batch_size >= 1, "train.micro_batch_size: must be >= 1")
         _check(self.loss_chunk_size >= 1, "train.loss_chunk_size: must be >= 1")
         _check(self.save_every >= 1, "train.save_every: must be >= 1")
+        _check(self.tis_cap is None or self.tis_cap >= 1, "train.tis_cap: must be >= 1 or null")
+        _check(self.sharding in ("ddp", "fsdp2"), f"train.sharding: {self.sharding!r} is not ddp or fsdp2")
 
 
 @dataclass

@@ -1,8 +1,15 @@
 """The one on-policy loop every method shares.
 
 tasks -> batched sampling and scoring (a domain's `Rollouts`: single-turn or multi-turn episodes) -> method loss -> AdamW step -> weight sync.
-Training runs under `accelerate`, so `accelerate launch` with an FSDP/DeepSpeed/multi-process config
-needs no code change: each process rolls out its own share of the step's tasks.
+Training runs under `accelerate` on the accelerator's device (`lopd.core.device`). Under `accelerate launch` or
+torchrun each process rolls out its own equal share of the step's tasks; DDP averages the policy's gradients, the loop
+averages the method's own (LOPD's composer), reduces the step's metrics over processes before the method's dual and
+EMA updates see them, and hands every process all the step's trajectories, so skills and grown banks agree too.
+
+With `train.sharding: fsdp2` and more than one process the loop shards the student itself (`shard`: torch's FSDP2
+`fully_shard` per decoder layer, then the root) instead of letting accelerate wrap it in DDP; whatever reads the
+student's weights outside its forward gathers the full tensors (`output_weight`, the EMA and live teachers,
+`full_state_dict`, `full_optimizer_state`).
 
 Randomness is a pure function of (seed, step, process), so a resumed run continues exactly as an
 uninterrupted one: the resumable state is the weights, the optimizer state and the step counter.
@@ -17,9 +24,15 @@ from typing import Sequence
 
 import torch
 from accelerate import Accelerator
+from accelerate.utils import gather_object
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
 
 from lopd.core import checkpoint
 from lopd.core.config import Config
+from lopd.core.device import device
+from lopd.core.distributed import (check_split, full_optimizer_state, full_state_dict, load_full_optimizer_state,
+                                   output_weight, reduce_metrics, shard, unwrap)
 from lopd.core.losses import chunked_entropy
 from lopd.core.methods import Method, MethodContext, PolicyOutputs
 from lopd.core.models import load_model, load_tokenizer
@@ -41,28 +54,29 @@ def tasks_for_step(tasks: Sequence[Task], n: int, seed: int, step: int) -> list[
     return picked
 
 
-def policy_outputs(model: torch.nn.Module, batch, temperature: float, chunk_size: int) -> PolicyOutputs:
+def policy_outputs(model: torch.nn.Module, batch, temperature: float, chunk_size: int,
+                   tis_cap: float | None = None) -> PolicyOutputs:
     """Student forward pass: final hidden states at the action positions only (the vocabulary projection
-    is the loss's business, so prompt and tool-output positions never reach it)."""
+    is the loss's business, so prompt and tool-output positions never reach it), with the sampler's log-probs there
+    for the truncated importance-sampling correction (`tis_cap`; None: off)."""
+    # Through the (DDP-)wrapped model, whose forward syncs gradients; the per-layer hidden states it returns are the
+    # checkpointed layers' saved inputs anyway, so they cost no extra memory.
     out = model(input_ids=batch.input_ids_B_L, attention_mask=batch.attention_mask_B_L,
                 output_hidden_states=True, logits_to_keep=1, use_cache=False)
     where_B_T = batch.action_mask_B_T > 0
     return PolicyOutputs(hidden_N_D=out.hidden_states[-1][:, :-1][where_B_T],
-                         weight_V_D=_unwrap(model).get_output_embeddings().weight,
+                         weight_V_D=output_weight(model),
                          targets_N=batch.target_ids_B_T[where_B_T], where_B_T=where_B_T,
-                         temperature=temperature, chunk_size=chunk_size)
-
-
-def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    return getattr(model, "module", model)
+                         temperature=temperature, chunk_size=chunk_size,
+                         sampler_logp_N=batch.sampler_logprobs_B_T[where_B_T], tis_cap=tis_cap)
 
 
 def reward_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """TRL GRPOTrainer's reward statistics over the step's rollouts: `reward_std` is Bessel-corrected like TRL's
     nanstd (0 for a single rollout, where TRL's is NaN, so the metrics stay valid JSON), and
     `frac_reward_zero_std` is the share of task groups whose rewards all agree (a one-rollout group counts)."""
-    rewards_R = torch.tensor([t.reward for t in trajectories], dtype=torch.float64)
-    groups_R = torch.tensor([t.group for t in trajectories])
+    rewards_R = torch.tensor([t.reward for t in trajectories], dtype=torch.float64, device="cpu")
+    groups_R = torch.tensor([t.group for t in trajectories], device="cpu")
     members_G = [rewards_R[groups_R == g] for g in groups_R.unique()]
     std_G = torch.stack([r.std() if r.numel() > 1 else r.new_zeros(()) for r in members_G])
     return {"reward": sum(t.reward for t in trajectories) / len(trajectories),
@@ -85,8 +99,9 @@ def update(model, optimizer, accelerator: Accelerator, method: Method, trajector
     active.sort(key=lambda t: len(t.token_ids))  # similar lengths per micro-batch: less padding
     for start in range(0, len(active), micro):
         chunk = active[start:start + micro]
-        batch = collate(chunk, pad_id)
-        student = policy_outputs(model, batch, cfg.sampling.temperature, cfg.train.loss_chunk_size)
+        batch = collate(chunk, pad_id, device())
+        student = policy_outputs(model, batch, cfg.sampling.temperature, cfg.train.loss_chunk_size,
+                                 cfg.train.tis_cap)
         loss, metrics = method.loss(student, batch, chunk)
         weight = len(chunk) / len(trajectories)
         accelerator.backward(loss * weight)
@@ -102,7 +117,12 @@ def update(model, optimizer, accelerator: Accelerator, method: Method, trajector
     if not active:  # still step AdamW on zero gradients: its moments and step count evolve as before
         for p in [*model.parameters(), *extra]:
             p.grad = torch.zeros_like(p)
-    totals["grad_norm"] = float(accelerator.clip_grad_norm_(model.parameters(), cfg.train.grad_clip))
+    if extra and not single:  # DDP (FSDP2) averages the policy's gradients; the method's own are averaged here
+        for p in extra:
+            p.grad = torch.zeros_like(p) if p.grad is None else p.grad
+            p.grad = accelerator.reduce(p.grad, reduction="mean")
+    grad_norm = accelerator.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)  # global, also over shards
+    totals["grad_norm"] = float(grad_norm.full_tensor() if isinstance(grad_norm, DTensor) else grad_norm)
     if extra:  # a method's own parameters (e.g. LOPD's composer) are clipped on their own
         totals["method_grad_norm"] = float(torch.nn.utils.clip_grad_norm_(extra, cfg.train.grad_clip))
     totals["learning_rate"] = optimizer.param_groups[0]["lr"]  # the policy's lr this step applies
@@ -111,7 +131,7 @@ def update(model, optimizer, accelerator: Accelerator, method: Method, trajector
     if action_tokens:  # how far the rollout engine's log-probs are from the trainer's (dtype / kernel mismatch)
         totals["sampler_logp_abs_gap"] = gap_sum / action_tokens
         totals["entropy"] = entropy_sum / action_tokens  # of the sampling distribution (logits / temperature)
-    return totals
+    return reduce_metrics(totals, action_tokens) if not single else totals
 
 
 def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts, base_dir: str | Path,
@@ -127,7 +147,9 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
         checkpoint.write_manifest(out_dir, method.name, 0, weights="base")
         return {"history": []}
 
-    accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=cfg.train.mixed_precision)
+    accelerator = Accelerator(cpu=device().type == "cpu", mixed_precision=cfg.train.mixed_precision)
+    tasks_per_step = cfg.train.rollouts_per_step // method.rollouts_per_task
+    check_split(tasks_per_step, accelerator.num_processes)
     tokenizer = load_tokenizer(base_dir)
     start_step, history = 0, []
     steps = method.steps(cfg)
@@ -137,10 +159,13 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
         print(f"{out_dir}: {reason}; starting fresh")
         resumed = None
     start_dir = resumed.model_dir if resumed else base_dir
-    model = load_model(start_dir)  # float32 master weights, whatever the saved dtype
+    model = load_model(start_dir).to(device())  # float32 master weights, whatever the saved dtype
     if cfg.train.activation_checkpointing:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     model.train()
+    sharded = cfg.train.sharding == "fsdp2" and accelerator.num_processes > 1
+    if sharded:  # before the method sees the student (a live teacher is the student itself)
+        shard(model)
     try:
         method.setup(MethodContext(cfg, accelerator, tokenizer, Path(base_dir), model, tasks))
     except (OSError, ValueError) as err:  # a missing or unusable upstream output (bank, composer, pool)
@@ -148,27 +173,43 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
     optimizer = torch.optim.AdamW([{"params": list(model.parameters())}, *method.param_groups()], lr=cfg.train.lr,
                                   weight_decay=cfg.train.weight_decay)
     if resumed:
-        optimizer.load_state_dict(resumed.state["optimizer"])
+        if sharded:
+            load_full_optimizer_state(model, optimizer, resumed.state["optimizer"])
+        else:
+            optimizer.load_state_dict(resumed.state["optimizer"])  # AdamW moves its state to its parameters' device
         method.load_state_dict(resumed.state["method"])
         start_step, history = resumed.step, resumed.state["history"]
         print(f"resuming {method.name} from step {start_step}")
-    model, optimizer = accelerator.prepare(model, optimizer)
+    if sharded:  # no DDP wrapper: accelerate only adds its autocast to the forward (what evaluation_mode does)
+        model = accelerator.prepare_model(model, evaluation_mode=True)
+        optimizer = accelerator.prepare_optimizer(optimizer, device_placement=False)  # the shards are in place
+    else:
+        model, optimizer = accelerator.prepare(model, optimizer)
     backend = make_backend(start_dir, tokenizer, cfg, cfg.sampling.batch_size)
 
-    tasks_per_step = cfg.train.rollouts_per_step // method.rollouts_per_task
     params = sampling_params(cfg, cfg.sampling.max_new_tokens)
     rank, world = accelerator.process_index, accelerator.num_processes
+    accelerator.print(f"[{method.name}] training on {device()} x {world} process(es), rollouts by "
+                      f"{type(backend).__name__}", flush=True)
     for step in range(start_step, steps):
         t0 = time.perf_counter()
-        sampler_s = backend.stats["prefill_s"] + backend.stats["decode_s"]
+        sampler_s = backend.stats["sampling_s"]
         step_tasks = tasks_for_step(tasks, tasks_per_step, cfg.seed, step)[rank::world]
         trajectories = collect(backend, tokenizer, step_tasks, params, step_seed(cfg.seed, step, rank),
                                method.rollouts_per_task)
+        for traj in trajectories:  # group ids unique over processes (each process's tasks are its own groups)
+            traj.group += rank * len(step_tasks)
         t1 = time.perf_counter()
-        sampling_s = backend.stats["prefill_s"] + backend.stats["decode_s"] - sampler_s  # the rest: reward/env time
+        sampling_s, collect_s = backend.stats["sampling_s"] - sampler_s, t1 - t0  # the rest: reward/env time
+        backend.sleep()  # a colocated vLLM engine frees the GPU for the update
         metrics = update(model, optimizer, accelerator, method, trajectories, tokenizer.pad_token_id, cfg)
+        if world > 1:  # every process's after_step (skills, grown bank) and step metrics see the whole step
+            trajectories = gather_object(trajectories)
+            # the step waits for the slowest process's rollouts: its timings are the step's
+            sampling_s, collect_s = max(gather_object([(sampling_s, collect_s)]), key=lambda pair: pair[1])
         metrics.update(method.after_step(metrics, trajectories))
-        backend.model.load_state_dict(_unwrap(model).state_dict())
+        backend.wake_up()
+        backend.load_weights(full_state_dict(model))
         t2 = time.perf_counter()
         rewards = [t.reward for t in trajectories]
         lengths = [t.num_action_tokens for t in trajectories]
@@ -183,7 +224,7 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
             "completions/clipped_ratio": sum(not t.stopped for t in trajectories) / len(trajectories),
             "num_tokens": seen_tokens,
             "cumulative_rollouts": (step + 1) * cfg.train.rollouts_per_step,
-            "time_sampling_s": sampling_s, "time_reward_s": t1 - t0 - sampling_s, "time_update_s": t2 - t1,
+            "time_sampling_s": sampling_s, "time_reward_s": collect_s - sampling_s, "time_update_s": t2 - t1,
             "rollout_tokens_per_s": sum(lengths) / max(sampling_s, 1e-9),
         })
         if trajectories[0].behaviour is not None:  # multi-turn rollouts: logged as step means
@@ -192,15 +233,28 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
         history.append({"step": step + 1, **metrics})
         if tracker:
             tracker.log_metrics(metrics, step=step + 1)
-        print(f"[{method.name}] step {step + 1}/{steps} reward {metrics['reward']:.3f} "
-              f"loss {metrics['loss']:.4f} ({t2 - t0:.1f}s)", flush=True)
-        if accelerator.is_main_process and ((step + 1) % cfg.train.save_every == 0 or step + 1 == steps):
-            checkpoint.save(out_dir, _unwrap(model), tokenizer, optimizer, step + 1, history, fingerprint, method)
+        accelerator.print(f"[{method.name}] step {step + 1}/{steps} reward {metrics['reward']:.3f} "
+                          f"loss {metrics['loss']:.4f} ({t2 - t0:.1f}s)", flush=True)
+        if (step + 1) % cfg.train.save_every == 0 or step + 1 == steps:
+            save(accelerator, out_dir, model, tokenizer, optimizer, step + 1, history, fingerprint, method)
+    if start_step == steps:  # nothing trained in this call: (re)commit what the run stands for
+        if resumed and accelerator.is_main_process:  # it may have been a fallback from a broken manifest
+            checkpoint.write_manifest(out_dir, method.name, steps, weights=resumed.weights)
+        elif not resumed:
+            save(accelerator, out_dir, model, tokenizer, optimizer, 0, history, fingerprint, method)
     if accelerator.is_main_process:
-        if start_step == steps:  # nothing trained in this call: (re)commit what the run stands for
-            if resumed:  # it may have been a fallback from a broken manifest
-                checkpoint.write_manifest(out_dir, method.name, steps, weights=resumed.weights)
-            else:
-                checkpoint.save(out_dir, _unwrap(model), tokenizer, optimizer, 0, history, fingerprint, method)
         checkpoint.prune(out_dir, keep=1)  # the run is done: the fallback folder is no longer needed
+    accelerator.wait_for_everyone()
     return {"history": history}
+
+
+def save(accelerator: Accelerator, out_dir: Path, model, tokenizer, optimizer, step: int, history: list[dict],
+         fingerprint: dict[str, str], method: Method) -> None:
+    """Gather the full weights on every process and a sharded optimizer state on the main one (collective), then the
+    main process writes the checkpoint."""
+    weights = full_state_dict(model)
+    optimizer_state = full_optimizer_state(model, optimizer) if isinstance(unwrap(model), FSDPModule) else None
+    if accelerator.is_main_process:
+        checkpoint.save(out_dir, unwrap(model), tokenizer, optimizer, step, history, fingerprint, method, weights,
+                        optimizer_state)
+    accelerator.wait_for_everyone()

@@ -39,22 +39,27 @@ def group_advantages(rewards_B: torch.Tensor, groups_B: torch.Tensor, eps: float
     for g in groups_B.unique():
         members = groups_B == g
         r = rewards_B[members]
-        std = r.std() if r.numel() > 1 else torch.zeros(())
+        std = r.std() if r.numel() > 1 else r.new_zeros(())
         adv_B[members] = (r - r.mean()) / (std + eps)
     return adv_B
 
 
 def ppo_clip_loss(logp_B_T: torch.Tensor, old_logp_B_T: torch.Tensor, advantages_B: torch.Tensor,
-                  mask_B_T: torch.Tensor, clip_low: float, clip_high: float) -> tuple[torch.Tensor, dict]:
+                  mask_B_T: torch.Tensor, clip_low: float, clip_high: float,
+                  token_weights_B_T: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
     """GRPO's clipped surrogate: mean over each sequence's action tokens, then mean over sequences.
 
-    Sequences without action tokens contribute zero. Returns the loss to minimise and diagnostics.
+    `token_weights_B_T` (e.g. `truncated_is_weights`, detached) multiplies each token's surrogate before the
+    per-sequence mean; None leaves the loss exactly as without it. Sequences without action tokens contribute
+    zero. Returns the loss to minimise and diagnostics (the clip and ratio statistics are unweighted).
     """
     ratio_B_T = torch.exp(logp_B_T - old_logp_B_T)
     adv_B_1 = advantages_B[:, None]
     unclipped_B_T = ratio_B_T * adv_B_1
     clipped_B_T = ratio_B_T.clamp(1 - clip_low, 1 + clip_high) * adv_B_1
     per_token_B_T = -torch.minimum(unclipped_B_T, clipped_B_T)
+    if token_weights_B_T is not None:
+        per_token_B_T = per_token_B_T * token_weights_B_T
     tokens_B = mask_B_T.sum(-1)
     per_seq_B = (per_token_B_T * mask_B_T).sum(-1) / tokens_B.clamp(min=1)
     loss = per_seq_B.mean()
@@ -146,6 +151,19 @@ def importance_weights(logp_N: torch.Tensor, old_logp_N: torch.Tensor, clip: flo
     return ratio_N if clip is None else ratio_N.clamp(max=clip)
 
 
+def truncated_is_weights(logp_train_N: torch.Tensor, logp_sampler_N: torch.Tensor, cap: float) -> torch.Tensor:
+    """Truncated importance sampling (TIS; Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You
+    Off-Policy RL Training"): w = min(pi_train(a) / pi_sampler(a), cap) per sampled token, float32 and detached.
+
+    pi_train is the trainer's log-prob of the sampled token, pi_sampler the rollout engine's (a bf16 copy or
+    vLLM, whose kernels differ). Multiplying a per-token loss by w makes it an estimate under the trainer's own
+    policy; the cap bounds the variance a token the sampler found much less likely than the trainer could add.
+    No gradient flows through w.
+    """
+    log_ratio_N = logp_train_N.detach().float() - logp_sampler_N.detach().float()
+    return torch.exp(log_ratio_N).clamp(max=cap)  # exp overflow is inf, then capped; the cap is reached exactly
+
+
 def sampled_token_reverse_kl(logp_s_N: torch.Tensor, logp_t_N: torch.Tensor, weights_N: torch.Tensor) -> torch.Tensor:
     """Per-token surrogate of the reverse KL on the sampled tokens: w * sg[log pi_S - log pi_T] * log pi_S.
 
@@ -156,16 +174,22 @@ def sampled_token_reverse_kl(logp_s_N: torch.Tensor, logp_t_N: torch.Tensor, wei
 
 def sequence_means(values_N: torch.Tensor, seq_N: torch.Tensor, n_seq: int) -> torch.Tensor:
     """Mean of the values belonging to each sequence ([n_seq]; 0 for a sequence without positions)."""
-    sums_B = torch.zeros(n_seq, dtype=values_N.dtype).index_add(0, seq_N, values_N)
-    counts_B = torch.zeros(n_seq, dtype=values_N.dtype).index_add(0, seq_N, torch.ones_like(values_N))
+    sums_B = values_N.new_zeros(n_seq).index_add(0, seq_N, values_N)
+    counts_B = values_N.new_zeros(n_seq).index_add(0, seq_N, torch.ones_like(values_N))
     return sums_B / counts_B.clamp(min=1)
 
 
-def distillation_loss(kl_N: torch.Tensor, seq_N: torch.Tensor, weights_B: torch.Tensor) -> tuple[torch.Tensor, dict]:
+def distillation_loss(kl_N: torch.Tensor, seq_N: torch.Tensor, weights_B: torch.Tensor,
+                      token_weights_N: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
     """Per-trajectory mean of a per-token divergence over its action tokens, weighted per trajectory (0 for
-    a trajectory whose teacher has no privileged context), averaged over the batch's trajectories."""
+    a trajectory whose teacher has no privileged context), averaged over the batch's trajectories.
+
+    `token_weights_N` (e.g. `truncated_is_weights`) multiplies each token's divergence in the loss; None leaves
+    it exactly as without it. The `kl_mean` diagnostic stays the unweighted divergence."""
     per_seq_B = sequence_means(kl_N, seq_N, weights_B.shape[0])
-    loss = (weights_B * per_seq_B).mean()
+    weighted_B = per_seq_B if token_weights_N is None else sequence_means(kl_N * token_weights_N, seq_N,
+                                                                          weights_B.shape[0])
+    loss = (weights_B * weighted_B).mean()
     active = weights_B > 0
     return loss, {"distill_loss": loss.item(),
                   "kl_mean": per_seq_B[active].mean().item() if active.any() else 0.0}
@@ -186,21 +210,25 @@ def dual_update(beta: float, margin: float, delta: float, dual_lr: float) -> flo
 
 def anchor_penalty(latents: list[torch.Tensor], anchors: list[torch.Tensor]) -> torch.Tensor:
     """||c_phi - sg[c_phi0]||_2^2 per trajectory (summed over its latent tokens and coordinates), averaged
-    over trajectories."""
-    if not latents:
-        return torch.zeros(())
+    over trajectories (at least one)."""
     return torch.stack([(c.float() - c0.detach().float()).pow(2).sum() for c, c0 in zip(latents, anchors)]).mean()
 
 
 def lopd_loss(kl_N: torch.Tensor, logp_t_N: torch.Tensor, logp_s_N: torch.Tensor, seq_N: torch.Tensor,
               advantages_B: torch.Tensor, beta: float, margin: float, anchor: torch.Tensor,
-              anchor_weight: float) -> tuple[torch.Tensor, dict[str, float]]:
+              anchor_weight: float,
+              token_weights_N: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """The LOPD objective (paper eq. 12) for one batch: L_distill + beta (m - Delta) + lambda * anchor.
 
     L_distill is the per-trajectory mean of the top-M + tail reverse KL over action tokens, averaged over
     trajectories (eq. 9). beta is a constant here; the dual update happens after the optimizer step.
+    `token_weights_N` (e.g. `truncated_is_weights`) multiplies each token's KL in L_distill only; None leaves the
+    objective exactly as without it. Delta stays unweighted: it is a diagnostic of the teacher (how much more
+    likely it finds the successful tokens), which drives the dual variable, not a per-token estimate under the
+    student's policy.
     """
-    distill = sequence_means(kl_N, seq_N, advantages_B.shape[0]).mean()
+    distill_N = kl_N if token_weights_N is None else kl_N * token_weights_N
+    distill = sequence_means(distill_N, seq_N, advantages_B.shape[0]).mean()
     delta = privilege_margin(logp_t_N, logp_s_N, seq_N, advantages_B)
     loss = distill + beta * (margin - delta) + anchor_weight * anchor
     metrics = {"distill_loss": distill.item(), "privilege_margin": delta.item(), "anchor": anchor.item(),

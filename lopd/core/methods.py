@@ -18,7 +18,7 @@ from transformers import PreTrainedTokenizerBase
 
 from lopd.core.config import Config
 from lopd.core.domain import Domain
-from lopd.core.losses import token_logprobs
+from lopd.core.losses import token_logprobs, truncated_is_weights
 from lopd.core.rollout import Task
 from lopd.core.trajectory import TokenBatch, Trajectory
 
@@ -33,6 +33,8 @@ class PolicyOutputs:
 
     The vocabulary projection is left to the loss: `logp_B_T()` gives log pi(target) (chunked), while a
     distillation loss projects `hidden_N_D` itself and may hand back the target log-probs it got on the way.
+    With `tis_cap` set, `token_weights_N()` gives the truncated importance weights every method multiplies its
+    per-token loss terms by (`train.tis_cap`).
     """
 
     hidden_N_D: torch.Tensor
@@ -47,13 +49,42 @@ class PolicyOutputs:
     chunk_size: int
     logp_N: torch.Tensor | None = None
     """log pi(target) at the action positions once computed (by `logp_B_T` or by the loss)."""
+    sampler_logp_N: torch.Tensor | None = None
+    """The rollout engine's log pi_sampler(target) at the action positions (row-major, like `targets_N`)."""
+    tis_cap: float | None = None
+    """Truncated importance sampling cap C (`train.tis_cap`); None = off."""
 
-    def logp_B_T(self) -> torch.Tensor:
-        """log pi(target) (temperature-scaled) at every target position, 0 off the action mask."""
+    def _logp_N(self) -> torch.Tensor:
         if self.logp_N is None:
             self.logp_N = token_logprobs(self.hidden_N_D, self.weight_V_D, self.targets_N, self.temperature,
                                          self.chunk_size)
-        return torch.zeros(self.where_B_T.shape, dtype=self.logp_N.dtype).masked_scatter(self.where_B_T, self.logp_N)
+        return self.logp_N
+
+    def logp_B_T(self) -> torch.Tensor:
+        """log pi(target) (temperature-scaled) at every target position, 0 off the action mask."""
+        return self.scatter_B_T(self._logp_N())
+
+    def scatter_B_T(self, values_N: torch.Tensor) -> torch.Tensor:
+        """Per-action-position values laid out as [B, T], 0 off the action mask."""
+        return values_N.new_zeros(self.where_B_T.shape).masked_scatter(self.where_B_T, values_N)
+
+    def token_weights_N(self) -> torch.Tensor | None:
+        """The truncated importance weights min(pi_train / pi_sampler, tis_cap) at the action positions ([N],
+        float32, detached), from `logp_N` (computed as `logp_B_T` does if no loss has set it yet); None when
+        TIS is off. A loss that sets `logp_N` itself calls this afterwards."""
+        if self.tis_cap is None:
+            return None
+        if self.sampler_logp_N is None:
+            raise ValueError("train.tis_cap is set but the policy outputs carry no sampler log-probs")
+        return truncated_is_weights(self._logp_N(), self.sampler_logp_N, self.tis_cap)
+
+    def tis_metrics(self, w_N: torch.Tensor | None) -> dict[str, float]:
+        """Diagnostics of weights from `token_weights_N()`: their mean and the share of tokens at the cap
+        ({} when TIS is off)."""
+        if w_N is None or not w_N.numel():
+            return {}
+        return {"tis_weight_mean": w_N.mean().item(),
+                "tis_capped_fraction": (w_N >= self.tis_cap).float().mean().item()}
 
     @property
     def sequence_N(self) -> torch.Tensor:

@@ -11,11 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
-from transformers import PreTrainedTokenizerBase
+import torch
+from accelerate import PartialState
+from transformers import AutoConfig, GenerationConfig, PreTrainedTokenizerBase
 
 from lopd.core.config import Config
+from lopd.core.device import device
 from lopd.core.models import load_model
 from lopd.core.sampling import ROLLOUT_ATTENTION, HFBackend, RolloutBackend, SamplingParams
+from lopd.core.vllm_backend import INSTALL_HINT, runs_on_cpu, vllm_available
 from lopd.core.trajectory import Trajectory, Turn
 
 
@@ -97,13 +101,49 @@ def sampling_params(cfg: Config, max_new_tokens: int) -> SamplingParams:
     return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, max_new_tokens=max_new_tokens)
 
 
-def make_backend(model_dir: str | Path, tokenizer: PreTrainedTokenizerBase, cfg: Config, batch_size: int) -> HFBackend:
-    """The CPU rollout backend: its own copy of the policy in `sampling.dtype` with the grouped-query
-    decode attention, kept in sync with the trainer after every step."""
-    model = load_model(model_dir, cfg.sampling.dtype, attn_implementation=ROLLOUT_ATTENTION)
-    stop_ids = {tokenizer.eos_token_id, *_as_list(model.generation_config.eos_token_id)}
-    return HFBackend(model, stop_ids=[i for i in stop_ids if i is not None], pad_id=tokenizer.pad_token_id,
+def backend_name(cfg: Config, model_dir: str | Path) -> str:
+    """`sampling.backend` with auto decided: vllm on CUDA when it is installed and this is a single process, else hf.
+    On this project's CPU hf stays the default: in the cpu profile's bf16 vLLM's CPU kernels decode at half hf's speed
+    (no bf16 units); in float32 the two tie at training length and vllm wins at evaluation and multi-turn
+    (README, Rollout backends). vllm asked for but not installed, or on a CPU for a head size vLLM's CPU attention
+    does not take (tiny-random's 16), is a one-line error."""
+    name = cfg.sampling.backend
+    if name == "auto":
+        single = PartialState().num_processes == 1
+        return "vllm" if torch.cuda.is_available() and vllm_available() and single else "hf"
+    if name == "vllm" and not vllm_available():
+        raise RuntimeError(f"sampling.backend=vllm: vllm is not installed ({INSTALL_HINT})")
+    if name == "vllm" and not torch.cuda.is_available() and not runs_on_cpu(model_dir):
+        raise ValueError(f"sampling.backend=vllm: vLLM's CPU attention does not take {model_dir}'s head size "
+                         "(use sampling.backend=hf)")
+    if name not in ("hf", "vllm"):
+        raise ValueError(f"sampling.backend: {name!r} is not one of auto, hf, vllm")
+    return name
+
+
+def make_backend(model_dir: str | Path, tokenizer: PreTrainedTokenizerBase, cfg: Config,
+                 batch_size: int) -> RolloutBackend:
+    """The rollout backend `sampling.backend` names (`backend_name`), holding its own copy of the policy in
+    `sampling.dtype` on this process's device, kept in sync with the trainer after every step. vllm: an in-process
+    engine (lopd/core/vllm_backend.py). hf: the grouped-query decode attention loop."""
+    if backend_name(cfg, model_dir) == "vllm":
+        from lopd.core.vllm_backend import VLLMBackend
+
+        s = cfg.sampling
+        return VLLMBackend(model_dir, stop_ids=_stop_ids(model_dir, tokenizer), dtype=s.dtype,
+                           gpu_memory_utilization=s.gpu_memory_utilization, kv_cache_gib=s.kv_cache_gib)
+    model = load_model(model_dir, cfg.sampling.dtype, attn_implementation=ROLLOUT_ATTENTION).to(device())
+    return HFBackend(model, stop_ids=_stop_ids(model_dir, tokenizer), pad_id=tokenizer.pad_token_id,
                      batch_size=batch_size)
+
+
+def _stop_ids(model_dir: str | Path, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """The stop set of both backends: the tokenizer's eos and the generation config's eos ids."""
+    try:
+        eos = GenerationConfig.from_pretrained(model_dir).eos_token_id
+    except OSError:  # no generation_config.json: transformers derives one from config.json
+        eos = AutoConfig.from_pretrained(model_dir).eos_token_id
+    return sorted(i for i in {tokenizer.eos_token_id, *_as_list(eos)} if i is not None)
 
 
 def _as_list(x) -> list:

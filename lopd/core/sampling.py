@@ -45,7 +45,22 @@ class Completion:
 
 
 class RolloutBackend(Protocol):
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, seed: int) -> list[Completion]: ...
+    """Token ids in, `Completion`s out, on its own copy of the policy that the loop refreshes after every step."""
+
+    stats: dict[str, float]
+    """Cumulative counters, at least `sampling_s` (wall time inside `generate`), `prompt_tokens`, `sampled_tokens`."""
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, seed: int) -> list[Completion]:
+        """Sample one completion per prompt; the same seed (and weights) gives the same completions."""
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Replace the backend's weights by the trainer's full (unsharded) state dict; drop any cached prefixes."""
+
+    def sleep(self) -> None:
+        """Release the device memory the engine does not need during the update (vLLM sleep mode on a GPU)."""
+
+    def wake_up(self) -> None:
+        """Undo `sleep` before the next `load_weights` or `generate`."""
 
 
 def sample_next(logits_B_V: torch.Tensor, params: SamplingParams, generator: torch.Generator
@@ -58,7 +73,7 @@ def sample_next(logits_B_V: torch.Tensor, params: SamplingParams, generator: tor
     mass_before_B_K = torch.cumsum(probs_B_K, dim=-1) - probs_B_K
     probs_B_K = probs_B_K.masked_fill(mass_before_B_K >= params.top_p, 0.0)
     choice_B = torch.multinomial(probs_B_K, 1, generator=generator).squeeze(-1)
-    rows = torch.arange(choice_B.shape[0])
+    rows = torch.arange(choice_B.shape[0], device=choice_B.device)
     return top_ids_B_K[rows, choice_B], top_logp_B_K[rows, choice_B]
 
 
@@ -126,15 +141,28 @@ class HFBackend:
 
     def __init__(self, model: torch.nn.Module, stop_ids: Sequence[int], pad_id: int, batch_size: int = 32):
         self.model = model
-        self.stop_ids = torch.tensor(sorted(set(stop_ids)))
+        self.stop_ids = torch.tensor(sorted(set(stop_ids)), device=self.device)
         self.pad_id = pad_id
         self.batch_size = batch_size
-        self.stats = {"prefill_s": 0.0, "decode_s": 0.0, "prompt_tokens": 0, "sampled_tokens": 0}
-        """Cumulative wall time and token counts, split into prompt prefill and token-by-token decode."""
+        self.stats = {"sampling_s": 0.0, "prefill_s": 0.0, "decode_s": 0.0, "prompt_tokens": 0, "sampled_tokens": 0}
+        """Cumulative wall time and token counts; `sampling_s` splits into prompt prefill and token-by-token decode."""
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        self.model.load_state_dict(state_dict)  # copies into the rollout dtype and device
+
+    def sleep(self) -> None:
+        """Nothing to release: the copy is small next to the trainer's (a vLLM engine's KV cache is not)."""
+
+    def wake_up(self) -> None:
+        pass
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, seed: int) -> list[Completion]:
-        generator = torch.Generator().manual_seed(seed)
+        generator = torch.Generator(device=self.device).manual_seed(seed)
         # Batch prompts of similar length together: less padding, same results for a given seed.
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         results: list[Completion | None] = [None] * len(prompts)
@@ -149,10 +177,11 @@ class HFBackend:
         was_training = self.model.training
         self.model.eval()
         n, width = len(prompts), max(len(p) for p in prompts)
-        ids_B_L = torch.full((n, width), self.pad_id, dtype=torch.long)
-        mask_B_L = torch.zeros((n, width), dtype=torch.long)
+        device = self.device
+        ids_B_L = torch.full((n, width), self.pad_id, dtype=torch.long, device=device)
+        mask_B_L = torch.zeros((n, width), dtype=torch.long, device=device)
         for row, prompt in enumerate(prompts):  # left padding: every row's next token is at the end
-            ids_B_L[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
+            ids_B_L[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long, device=device)
             mask_B_L[row, width - len(prompt):] = 1
         start = time.perf_counter()
         positions_B_L = (mask_B_L.cumsum(-1) - 1).clamp(min=0)
@@ -169,7 +198,7 @@ class HFBackend:
         tokens: list[list[int]] = [[] for _ in range(n)]
         logprobs: list[list[float]] = [[] for _ in range(n)]
         stopped = [False] * n
-        active = torch.arange(n)  # original row of each row still in the batch
+        active = torch.arange(n, device=device)  # original row of each row still in the batch
         for step in range(params.max_new_tokens):
             tok_B, logp_B = sample_next(logits_B_V, params, generator)
             for row, t, lp in zip(active.tolist(), tok_B.tolist(), logp_B.tolist()):
@@ -184,12 +213,14 @@ class HFBackend:
                 keep = (~done_B).nonzero().squeeze(-1)
                 active, tok_B, next_pos_B, mask_B_L = active[keep], tok_B[keep], next_pos_B[keep], mask_B_L[keep]
                 cache.batch_select_indices(keep)
-            mask_B_L = torch.cat([mask_B_L, torch.ones((len(active), 1), dtype=torch.long)], dim=-1)
+            mask_B_L = torch.cat([mask_B_L, torch.ones((len(active), 1), dtype=torch.long, device=device)], dim=-1)
             out = self.model(input_ids=tok_B[:, None], attention_mask=mask_B_L, position_ids=next_pos_B[:, None],
                              past_key_values=cache, use_cache=True)
             logits_B_V = out.logits[:, -1]
             next_pos_B = next_pos_B + 1
         self.model.train(was_training)
-        self.stats["decode_s"] += time.perf_counter() - decode_start
+        end = time.perf_counter()
+        self.stats["decode_s"] += end - decode_start
+        self.stats["sampling_s"] += end - start
         self.stats["sampled_tokens"] += sum(len(t) for t in tokens)
         return [Completion(tokens[r], logprobs[r], stopped[r]) for r in range(n)]

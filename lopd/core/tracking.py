@@ -265,7 +265,7 @@ class Tracker:
 
     def _start(self, cfg: Config, stage: str, system_metrics: bool) -> None:
         uri = mlflow_uri(cfg)
-        if uri == OFF:
+        if uri == OFF or int(os.environ.get("RANK", "0")):  # one run per stage: a multi-process launch logs from rank 0
             self.enabled = False
             return
         for key, value in _HTTP_DEFAULTS.items():  # a user's own setting wins

@@ -131,26 +131,29 @@ class TokenBatch:
     advantages_B: torch.Tensor
 
 
-def collate(trajectories: list[Trajectory], pad_id: int) -> TokenBatch:
-    """Pad trajectories into a TokenBatch (pure: no model, no randomness)."""
+def collate(trajectories: list[Trajectory], pad_id: int, device: torch.device | str = "cpu") -> TokenBatch:
+    """Pad trajectories into a TokenBatch on `device` (pure: no model, no randomness). The rows are filled on the
+    CPU and each tensor is moved once, not row by row."""
     width = max(len(t.token_ids) for t in trajectories)
     n = len(trajectories)
-    ids = torch.full((n, width), pad_id, dtype=torch.long)
-    attention = torch.zeros((n, width), dtype=torch.long)
-    action = torch.zeros((n, width), dtype=torch.float32)
-    sampler = torch.zeros((n, width), dtype=torch.float32)
+    cpu = torch.device("cpu")
+    ids = torch.full((n, width), pad_id, dtype=torch.long, device=cpu)
+    attention = torch.zeros((n, width), dtype=torch.long, device=cpu)
+    action = torch.zeros((n, width), dtype=torch.float32, device=cpu)
+    sampler = torch.zeros((n, width), dtype=torch.float32, device=cpu)
     for row, traj in enumerate(trajectories):
         length = len(traj.token_ids)
-        ids[row, :length] = torch.tensor(traj.token_ids)
+        ids[row, :length] = torch.tensor(traj.token_ids, device=cpu)
         attention[row, :length] = 1
-        action[row, :length] = torch.tensor(traj.action_mask, dtype=torch.float32)
-        sampler[row, :length] = torch.tensor(traj.sampler_logprobs)
+        action[row, :length] = torch.tensor(traj.action_mask, dtype=torch.float32, device=cpu)
+        sampler[row, :length] = torch.tensor(traj.sampler_logprobs, device=cpu)
+    ids, attention, action, sampler = (t.to(device) for t in (ids, attention, action, sampler))
     return TokenBatch(
         input_ids_B_L=ids,
         attention_mask_B_L=attention,
         target_ids_B_T=ids[:, 1:],
         action_mask_B_T=action[:, 1:],
         sampler_logprobs_B_T=sampler[:, 1:],
-        rewards_B=torch.tensor([t.reward for t in trajectories], dtype=torch.float32),
-        advantages_B=torch.tensor([t.advantage for t in trajectories], dtype=torch.float32),
+        rewards_B=torch.tensor([t.reward for t in trajectories], dtype=torch.float32, device=device),
+        advantages_B=torch.tensor([t.advantage for t in trajectories], dtype=torch.float32, device=device),
     )

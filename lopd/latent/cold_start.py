@@ -19,6 +19,7 @@ from accelerate import Accelerator
 from lopd.latent.bank import BankEntry, task_text
 from lopd.latent.composer import Composer, compose, teacher_batch
 from lopd.core.config import Config
+from lopd.core.device import device
 from lopd.core.losses import sequence_means, token_logprobs
 from lopd.core.models import load_model, load_tokenizer
 from lopd.latent.retrieval import Retriever, load_bank
@@ -34,7 +35,7 @@ def build_composer(cfg: Config, base_dir: str | Path) -> tuple[Composer, object]
     torch.manual_seed(cfg.seed)
     tokenizer = load_tokenizer(base_dir)
     backbone = load_model(base_dir)
-    return Composer(backbone, tokenizer, cfg.composer, cfg.latent_tokens), tokenizer
+    return Composer(backbone, tokenizer, cfg.composer, cfg.latent_tokens).to(device()), tokenizer
 
 
 def latent_nll(composer: Composer, tokenizer, entries: list[BankEntry], retrieved: list[list[int]],
@@ -50,7 +51,7 @@ def latent_nll(composer: Composer, tokenizer, entries: list[BankEntry], retrieve
         trajectories = [Trajectory(e.task_id, [Turn([], r, [0.0] * len(r))]) for e, r in zip(entries, responses)]
         batch, starts = teacher_batch(tokenizer, trajectories, [t.messages for t in tasks], framing,
                                       [lat.shape[0] for lat in latents], tokenizer.pad_token_id,
-                                      [t.tools for t in tasks])
+                                      [t.tools for t in tasks], composer.device)
         hidden_B_L_D = composer.teacher_hidden(batch, latents, starts)
     where_B_T = batch.action_mask_B_T > 0
     logp_N = token_logprobs(hidden_B_L_D[:, :-1][where_B_T], composer.backbone.get_output_embeddings().weight,
@@ -130,6 +131,6 @@ def anchor_latents(composer: Composer, retriever: Retriever, bank: list[BankEntr
         with accelerator.autocast():
             latents = compose(composer, [task_text(t.messages) for t in chunk],
                               [[bank[j].trace for j in idx] for idx in retrieved])
-        out.update({t.task_id: {"entries": idx, "latents": lat.float()}
+        out.update({t.task_id: {"entries": idx, "latents": lat.float().cpu()}
                     for t, idx, lat in zip(chunk, retrieved, latents)})
     return out

@@ -85,7 +85,8 @@ class QFormer(nn.Module):
     def __init__(self, dim: int, heads: int, n_queries: int, n_layers: int, ff_mult: int, out_scale: float):
         super().__init__()
         # Queries ~ N(0, 1/sqrt(d)) read as a standard deviation of 1/sqrt(d) (the usual perceiver init).
-        self.queries_K_D = nn.Parameter(torch.randn(n_queries, dim) / math.sqrt(dim))
+        # A seeded CPU init (the same on every device); the module is moved afterwards.
+        self.queries_K_D = nn.Parameter(torch.randn(n_queries, dim, device="cpu") / math.sqrt(dim))
         self.norm_queries, self.norm_memory, self.norm_ff = nn.LayerNorm(dim), nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.attention = nn.MultiheadAttention(dim, heads, batch_first=True)
         self.ff = nn.Sequential(nn.Linear(dim, ff_mult * dim), nn.GELU(), nn.Linear(ff_mult * dim, dim))
@@ -133,14 +134,19 @@ class Composer(nn.Module):
     def backbone(self) -> PreTrainedModel:
         return self.model.get_base_model()
 
+    @property
+    def device(self) -> torch.device:
+        return self.qformer.queries_K_D.device
+
     def encode(self, texts: list[str]) -> torch.Tensor:
         """Latent tokens for each encoder text: [len(texts), K, D]."""
         enc = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_item_tokens,
-                             return_tensors="pt", padding_side="right")
+                             return_tensors="pt", padding_side="right").to(self.device)
         self.backbone.train(self.checkpointing)
-        out = self.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], output_hidden_states=True,
-                         logits_to_keep=1, use_cache=False)
-        return self.qformer(out.hidden_states[-1], enc["attention_mask"])
+        # the decoder of the LoRA-wrapped backbone (its adapter layers sit inside it): the last hidden state only
+        out = self.backbone.get_decoder()(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
+                                          use_cache=False)
+        return self.qformer(out.last_hidden_state, enc["attention_mask"])
 
     def teacher_hidden(self, batch: TokenBatch, latents: list[torch.Tensor], starts: list[int]) -> torch.Tensor:
         """Final hidden states [B, L, D] of the frozen base model (adapter off) on `batch`, with each row's
@@ -158,9 +164,9 @@ class Composer(nn.Module):
         embeds_B_L_D = inject_latents(self.backbone.get_input_embeddings()(batch.input_ids_B_L), latents, starts)
         self.backbone.train(self.checkpointing and torch.is_grad_enabled())
         with self.model.disable_adapter():
-            out = self.backbone(inputs_embeds=embeds_B_L_D, attention_mask=batch.attention_mask_B_L,
-                                output_hidden_states=True, logits_to_keep=1, use_cache=False)
-        return out.hidden_states[-1]
+            out = self.backbone.get_decoder()(inputs_embeds=embeds_B_L_D, attention_mask=batch.attention_mask_B_L,
+                                              use_cache=False)
+        return out.last_hidden_state
 
     @contextlib.contextmanager
     def _adapter_off_when_recomputed(self) -> Iterator[None]:
@@ -180,7 +186,8 @@ class Composer(nn.Module):
                 layer._gradient_checkpointing_func = fn
 
     def trainable_state(self) -> dict[str, torch.Tensor]:
-        return {n: p.detach().clone() for n, p in self.named_parameters() if p.requires_grad}
+        """The adapter's and the QFormer's weights as CPU copies (device-independent files and checkpoints)."""
+        return {n: p.detach().to("cpu", copy=True) for n, p in self.named_parameters() if p.requires_grad}
 
     def load_trainable_state(self, state: dict[str, torch.Tensor]) -> None:
         names = {n for n, p in self.named_parameters() if p.requires_grad}
@@ -205,7 +212,7 @@ def compose(composer: Composer, tasks: list[str], traces: list[list[str]]) -> li
     texts = [encoder_text(task, trace) for task, ts in zip(tasks, traces) for trace in ts]
     dim = composer.backbone.config.hidden_size
     if not texts:
-        return [torch.zeros(0, dim) for _ in tasks]
+        return [torch.zeros(0, dim, device=composer.device) for _ in tasks]
     latents_N_K_D = composer.encode(texts)
     out, start = [], 0
     for ts in traces:
@@ -216,13 +223,14 @@ def compose(composer: Composer, tasks: list[str], traces: list[list[str]]) -> li
 
 def teacher_batch(tokenizer: PreTrainedTokenizerBase, trajectories: list[Trajectory],
                   messages: list[list[dict[str, str]]], framing: tuple[str, str], n_latent: list[int],
-                  pad_id: int, tools: Sequence[Sequence[dict[str, Any]]] | None = None) -> tuple[TokenBatch, list[int]]:
+                  pad_id: int, tools: Sequence[Sequence[dict[str, Any]]] | None = None,
+                  device: torch.device | str = "cpu") -> tuple[TokenBatch, list[int]]:
     """The teacher's view of each trajectory: its first-turn context replaced by the framed prompt with a
     latent span, every action and later turn unchanged (so action positions align one to one with the
-    student's). Returns the batch and each row's latent start."""
+    student's). Returns the batch (on `device`) and each row's latent start."""
     rows, starts = [], []
     for traj, msgs, n, offered in zip(trajectories, messages, n_latent, tools or [()] * len(trajectories)):
         ids, start = teacher_prompt_ids(tokenizer, msgs, framing, n, offered)
         rows.append(with_prompt(traj, ids))
         starts.append(start)
-    return collate(rows, pad_id), starts
+    return collate(rows, pad_id, device), starts

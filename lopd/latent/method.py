@@ -21,6 +21,7 @@ from lopd.latent.bank import BankEntry, task_text, trace_function
 from lopd.latent.cold_start import ANCHORS_FILE, COMPOSER_FILE
 from lopd.latent.composer import FRAMINGS, Composer, compose, teacher_batch
 from lopd.core.config import Config
+from lopd.core.device import device
 from lopd.core.losses import anchor_penalty, chunked_distillation, dual_update, lopd_loss, topk_tail_reverse_kl
 from lopd.core.methods import Domain, Method, MethodContext, PolicyOutputs
 from lopd.core.models import load_model
@@ -48,16 +49,17 @@ class LOPD(Method):
         cfg = self.cfg
         self.accelerator, self.tokenizer = ctx.accelerator, ctx.tokenizer
         self.composer = Composer(load_model(ctx.base_dir), ctx.tokenizer, cfg.composer,
-                                 cfg.latent_tokens)
+                                 cfg.latent_tokens).to(device())
         for name in (COMPOSER_FILE, ANCHORS_FILE):
             if not (self.composer_dir / name).exists():
                 raise FileNotFoundError(f"{self.composer_dir / name}: not found (run the cold_start stage)")
-        self.composer.load_trainable_state(torch.load(self.composer_dir / COMPOSER_FILE))
+        self.composer.load_trainable_state(torch.load(self.composer_dir / COMPOSER_FILE,
+                                                      map_location=device()))
         self.composer.requires_grad_(False)
         if cfg.lopd.train_composer:
             for name, p in self.composer.named_parameters():
                 p.requires_grad_("lora_" in name or name.startswith("qformer."))
-        self.anchors: dict[str, dict] = torch.load(self.composer_dir / ANCHORS_FILE)
+        self.anchors: dict[str, dict] = torch.load(self.composer_dir / ANCHORS_FILE, map_location=device())
         self.bank, self.retriever = load_bank(self.bank_dir, cfg.bank.self_retrieval)
         self.messages = {t.task_id: t.messages for t in ctx.tasks}
         self.tools = {t.task_id: t.tools for t in ctx.tasks}
@@ -101,7 +103,7 @@ class LOPD(Method):
             teacher, starts = teacher_batch(self.tokenizer, trajectories,
                                             [self.messages[t.task_id] for t in trajectories], self.framing,
                                             [lat.shape[0] for lat in latents], self.tokenizer.pad_token_id,
-                                            [self.tools[t.task_id] for t in trajectories])
+                                            [self.tools[t.task_id] for t in trajectories], self.composer.device)
             hidden_B_L_D = self.composer.teacher_hidden(teacher, latents, starts)
         where_B_T = teacher.action_mask_B_T > 0
         hidden_t_N_D = hidden_B_L_D[:, :-1][where_B_T]
@@ -111,9 +113,14 @@ class LOPD(Method):
             student.targets_N, partial(topk_tail_reverse_kl, top_k=cfg.lopd.top_m, support="teacher"),
             student.temperature, student.chunk_size)
         student.logp_N = logp_s_N
-        anchor = anchor_penalty([c for c, _ in anchored], [c0 for _, c0 in anchored]) if anchored else torch.zeros(())
+        w_N = student.token_weights_N()  # train.tis_cap: weights the KL only; None when off
+        anchor = (anchor_penalty([c for c, _ in anchored], [c0 for _, c0 in anchored]) if anchored
+                  else kl_N.new_zeros(()))
+        # The privilege margin Delta stays unweighted: it is the paper's constraint (eq. 11) as defined, which the
+        # dual update compares with the margin m.
         loss, metrics = lopd_loss(kl_N, logp_t_N, logp_s_N, student.sequence_N, batch.advantages_B, self.beta,
-                                  cfg.margin, anchor, cfg.lopd.anchor_weight)
+                                  cfg.margin, anchor, cfg.lopd.anchor_weight, w_N)
+        metrics.update(student.tis_metrics(w_N))
         metrics["beta"] = self.beta
         metrics["latent_tokens_mean"] = sum(lat.shape[0] for lat in latents) / len(latents)
         return loss, metrics

@@ -1,0 +1,133 @@
+"""Multi-process agreement check: run under torchrun (or `accelerate launch`) with N processes.
+
+Each process trains GRPO, SDPO (EMA teacher), Skill-SD (skills) and LOPD (composer, β, grown bank) for 2 steps on
+the given model, on its own device (`lopd.core.device`: the CPU with gloo, or one GPU per process with NCCL), then
+writes to WORK_DIR/rank<r>.pt what must agree across processes: the student's full weights, the method's state, the
+history, plus its own rewards, the device its student lived on and whether every loss was finite.
+SHARDING (`train.sharding`, default ddp) fsdp2 shards the students; that run also trains LOPD for 1 step and
+resumes it for a second ("lopd_resumed": must equal the uninterrupted "lopd") and skips the uneven-split check.
+tests/test_multiprocess.py runs it with 2 CPU processes on the tiny model; scripts/gpu_check.py on every GPU.
+
+Usage: python -m torch.distributed.run --nproc_per_node N scripts/ddp_check.py MODEL_DIR WORK_DIR [ddp|fsdp2]
+(WORK_DIR/bank and WORK_DIR/composer must exist: `prepare_inputs`; MLflow store: LOPD_MLFLOW_URI.)
+"""
+
+import math
+import sys
+from pathlib import Path
+
+import torch
+from accelerate import PartialState
+
+from baselines.grpo import GRPO
+from baselines.sdpo import SDPO
+from baselines.skill_sd import SkillSD
+from lopd.core.config import resolve
+from lopd.core.device import device
+from lopd.core.distributed import ProcessSplitError, full_state_dict
+from lopd.core.loop import train
+from lopd.core.rollout import Task, single_turn
+from lopd.core.tracking import Tracker
+from lopd.latent.bank import BankEntry, task_text, trace_function, write_bank
+from lopd.latent.cold_start import cold_start
+from lopd.latent.composer import FRAMINGS
+from lopd.latent.method import LOPD
+from lopd.latent.retrieval import (BANK_FILE, DOCUMENTS_FILE, EMBEDDED_MINILM, QUERIES_FILE, TextEmbedder,
+                                   document_text, query_text, save_vectors)
+
+TASKS = [Task(f"t{i}", [{"role": "system", "content": "You are an expert Python programmer."},
+                        {"role": "user", "content": f"Print the number {i} times two."}]) for i in range(6)]
+OVERRIDES = {"profile": "smoke", "train": {"steps": 2, "save_every": 1},
+             "bank": {"grow_during_training": True, "success_threshold": 0.5}}
+
+
+def score(tasks, completions):
+    """A reward that varies between rollouts (so GRPO has a signal and the bank grows)."""
+    return [float(len(c) % 2) for c in completions]
+
+
+def prepare_inputs(model_dir: str | Path, work: Path) -> None:
+    """A three-entry bank (embedded with the MiniLM retriever) and a cold-start composer under `work`."""
+    embedder = TextEmbedder(EMBEDDED_MINILM)
+    entries = [BankEntry(t.task_id, task_text(t.messages), f"print({i} * 2)", "ok", 1.0)
+               for i, t in enumerate(TASKS[:3])]
+    write_bank(work / "bank" / BANK_FILE, entries, {})
+    save_vectors(work / "bank" / DOCUMENTS_FILE, [e.task_id for e in entries],
+                 embedder.embed([document_text(e) for e in entries]))
+    save_vectors(work / "bank" / QUERIES_FILE, [t.task_id for t in TASKS],
+                 embedder.embed([query_text(task_text(t.messages), "q") for t in TASKS]))
+    cold_start(resolve({**OVERRIDES, "cold_start": {"steps": 0}}), model_dir, work / "bank", TASKS,
+               work / "composer", FRAMINGS["code"])
+
+
+def main() -> None:
+    model_dir, work = sys.argv[1], Path(sys.argv[2])
+    sharding = sys.argv[3] if len(sys.argv) > 3 else "ddp"
+    device()  # the process state as training sets it up (on the CPU, accelerate needs cpu=True to go multi-process)
+    rank = PartialState().process_index
+    overrides = {**OVERRIDES, "train": {**OVERRIDES["train"], "sharding": sharding}}
+    cfg = resolve(overrides)
+
+    def lopd(cfg):
+        return LOPD(cfg, work / "bank", work / "composer", FRAMINGS["code"], trace_function("code"))
+
+    methods = {"grpo": GRPO(cfg.grpo), "sdpo": SDPO(cfg), "skill_sd": SkillSD(cfg, work / "bank"), "lopd": lopd(cfg)}
+    out = {}
+    for name, method in methods.items():
+        students, local_rewards = [], []
+        setup = method.setup
+
+        def capture(ctx, setup=setup, students=students):  # the student module this process trains
+            students.append(ctx.student)
+            setup(ctx)
+
+        method.setup = capture
+        collect = single_turn(score)
+
+        def recording(*args, collect=collect, local_rewards=local_rewards, **kwargs):
+            trajectories = collect(*args, **kwargs)
+            local_rewards.append([t.reward for t in trajectories])
+            return trajectories
+
+        with Tracker(cfg, f"train@{name}") as tracker:
+            history = train(cfg, method, TASKS, recording, model_dir, work / "runs" / name, tracker)["history"]
+        student = students[0]
+        extra = {}
+        if name == "sdpo":
+            extra = {k: v.cpu() for k, v in method.teacher_model.model.state_dict().items()}
+        elif name == "skill_sd":
+            extra = method.skills.state_dict()
+        elif name == "lopd":
+            extra = {"beta": method.beta, "composer": method.composer.trainable_state(),
+                     "bank": [e.task_id for e in method.bank], "composer_device": method.composer.device.type}
+        out[name] = {"weights": {k: v.detach().cpu().clone() for k, v in full_state_dict(student).items()},
+                     "device": next(student.parameters()).device.type, "extra": extra, "history": history,
+                     "local_rewards": local_rewards, "finite": all(math.isfinite(h["loss"]) for h in history)}
+    if sharding != "ddp":  # resume: 1 step, then the same run extended to 2 (a new process would do the same)
+        one = resolve({**overrides, "train": {**overrides["train"], "steps": 1}})
+        train(one, lopd(one), TASKS, single_turn(score), model_dir, work / "runs" / "lopd_resumed")
+        students = []
+        resumed = lopd(cfg)
+        setup = resumed.setup
+        resumed.setup = lambda ctx: (students.append(ctx.student), setup(ctx))
+        history = train(cfg, resumed, TASKS, single_turn(score), model_dir, work / "runs" / "lopd_resumed")["history"]
+        out["lopd_resumed"] = {"weights": {k: v.cpu().clone() for k, v in full_state_dict(students[0]).items()},
+                               "history": history, "extra": {"beta": resumed.beta,
+                                                             "composer": resumed.composer.trainable_state()}}
+        torch.save(out, work / f"rank{rank}.pt")
+        return
+    try:  # 3 tasks per step cannot split over 2 processes
+        uneven = resolve({"profile": "smoke", "train": {"steps": 1, "rollouts_per_step": 12}})
+        train(uneven, GRPO(uneven.grpo), TASKS, single_turn(score), model_dir, work / "runs" / "uneven")
+        out["uneven"] = "no error"
+    except ProcessSplitError as err:
+        out["uneven"] = str(err)
+    torch.save(out, work / f"rank{rank}.pt")
+
+
+def load_ranks(work: Path, n: int) -> list[dict]:
+    return [torch.load(work / f"rank{r}.pt", weights_only=False) for r in range(n)]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""Device correctness: training code creates no tensor without saying where, and asks `lopd.core.device` where."""
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+
+from lopd.core.device import device
+
+ROOT = Path(__file__).parents[1]
+TRAINING_CODE = ["lopd", "baselines", "pipelines"]
+FACTORIES = {"tensor", "as_tensor", "zeros", "ones", "full", "empty", "arange", "linspace", "eye", "rand", "randn",
+             "randint", "randperm", "Generator"}
+"""torch functions that allocate on the default device unless given `device=` (`*_like` and `Tensor.new_*` follow
+their argument's device and are fine)."""
+
+
+def factories_without_device(source: str) -> list[tuple[int, str]]:
+    """(line, call) of every `torch.<factory>(...)` call without a `device=` keyword."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in FACTORIES
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "torch"
+                and not any(k.arg == "device" for k in node.keywords)):
+            found.append((node.lineno, f"torch.{node.func.attr}"))
+    return found
+
+
+def test_the_check_finds_what_it_should():
+    src = ("import torch\nx = torch.zeros(3)\ny = torch.zeros(3, device=d)\nz = torch.ones_like(x)\n"
+           "g = torch.Generator()\nw = x.new_zeros(2)\nv = torch.tensor([1], dtype=torch.long)\n")
+    assert factories_without_device(src) == [(2, "torch.zeros"), (5, "torch.Generator"), (7, "torch.tensor")]
+
+
+def test_training_code_names_a_device_for_every_tensor_it_creates():
+    offenders = [f"{path.relative_to(ROOT)}:{line}: {call}"
+                 for package in TRAINING_CODE for path in sorted((ROOT / package).rglob("*.py"))
+                 for line, call in factories_without_device(path.read_text())]
+    assert not offenders, "tensor factories without device= (use lopd.core.device.device() or the input's):\n" + \
+        "\n".join(offenders)
+
+
+def test_the_device_is_the_accelerators():
+    from accelerate import Accelerator
+    assert device() == (torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available()
+                        else torch.device("cpu"))
+    assert device().type == Accelerator(cpu=not torch.cuda.is_available()).device.type
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (make gpu-check runs this)")
+def test_models_and_batches_live_on_the_gpu(tiny_model_dir):
+    from lopd.core.rollout import make_backend
+    from lopd.core.config import resolve
+    from lopd.core.models import load_tokenizer
+    from lopd.core.trajectory import Trajectory, Turn, collate
+
+    cfg = resolve({"profile": "smoke"})
+    backend = make_backend(tiny_model_dir, load_tokenizer(tiny_model_dir), cfg, 2)
+    assert backend.device.type == "cuda"
+    batch = collate([Trajectory("t", [Turn([1, 2], [3], [0.0])])], 0, device())
+    assert batch.input_ids_B_L.device.type == batch.advantages_B.device.type == "cuda"

@@ -1,0 +1,169 @@
+"""Two processes on the CPU (torchrun, gloo backend) running scripts/ddp_check.py, once with DDP and once with FSDP2
+(`train.sharding: fsdp2`): after 2 steps of GRPO, SDPO (EMA teacher), Skill-SD (live teacher) and LOPD, both ranks hold
+the same weights and method state, the logged metrics are over both processes and each run is recorded once; the
+FSDP2 run ends where the DDP run does (up to summation order), and a resumed FSDP2 run equals an uninterrupted one.
+
+`accelerate launch --cpu --num_processes 2` starts the same gloo setup; torchrun is used here because it needs no
+accelerate config file. accelerate's own FSDP plugin is not exercised: on the CPU it falls back to DDP.
+"""
+
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import mlflow
+import numpy as np
+import pytest
+import torch
+
+from lopd.core.config import REPO_ROOT
+from lopd.core.distributed import ProcessSplitError, check_split
+
+pytestmark = pytest.mark.slow
+SCRIPT = REPO_ROOT / "scripts" / "ddp_check.py"
+_spec = importlib.util.spec_from_file_location("ddp_check", SCRIPT)
+ddp_check = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ddp_check)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+FSDP2_ATOL = 1e-7
+"""FSDP2 vs DDP after 2 steps: the same trajectories, gradients summed in another order. Measured: at most 7.5e-9
+apart (torch 2.13, CPU), against a 2-step update of ~2e-5 per weight."""
+TIMING = ("time_update_s", "time_sampling_s", "time_reward_s", "rollout_tokens_per_s")
+
+
+@pytest.fixture(scope="module")
+def inputs(tiny_model_dir, tmp_path_factory):
+    """The bank and cold-start composer both launches read."""
+    work = tmp_path_factory.mktemp("inputs")
+    ddp_check.prepare_inputs(tiny_model_dir, work)
+    return work
+
+
+def _launch(model_dir, inputs, work, *args):
+    """Both ranks' results, the work folder, the MLflow store and stdout, after one 2-process launch."""
+    for name in ("bank", "composer"):
+        shutil.copytree(inputs / name, work / name)
+    uri = f"sqlite:///{work / 'mlflow.db'}"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT), "LOPD_MLFLOW_URI": uri,
+           "CUDA_VISIBLE_DEVICES": ""}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", str(_free_port()), str(SCRIPT), str(model_dir), str(work), *args]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return ddp_check.load_ranks(work, 2), work, uri, done.stdout
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_model_dir, inputs, tmp_path_factory):
+    return _launch(tiny_model_dir, inputs, tmp_path_factory.mktemp("ddp"))
+
+
+@pytest.fixture(scope="module")
+def fsdp_runs(tiny_model_dir, inputs, tmp_path_factory):
+    return _launch(tiny_model_dir, inputs, tmp_path_factory.mktemp("fsdp2"), "fsdp2")
+
+
+def _untimed(history):
+    return [{k: v for k, v in h.items() if k not in TIMING} for h in history]
+
+
+@pytest.mark.parametrize("method", ["grpo", "sdpo", "skill_sd", "lopd"])
+def test_both_ranks_end_with_the_same_weights_and_method_state(runs, method):
+    (r0, r1), work, *_ = runs
+    a, b = r0[method], r1[method]
+    assert a["device"] == b["device"] == "cpu" and a["finite"] and b["finite"]
+    assert a["weights"].keys() == b["weights"].keys()
+    assert all(torch.equal(a["weights"][k], b["weights"][k]) for k in a["weights"]), "student weights differ"
+    # metrics reduced over processes: the same on both (but each process's own update time)
+    assert [{k: v for k, v in h.items() if k != "time_update_s"} for h in a["history"]] == \
+        [{k: v for k, v in h.items() if k != "time_update_s"} for h in b["history"]]
+    if method == "sdpo":  # the EMA teacher follows identical students
+        assert all(torch.equal(a["extra"][k], b["extra"][k]) for k in a["extra"])
+    if method == "skill_sd":  # skills written from every process's groups, the same on both
+        assert a["extra"] == b["extra"] and len(a["extra"]["skills"]) == 2 * 2  # 2 steps x 2 groups (one per rank)
+    if method == "lopd":
+        assert a["extra"]["beta"] == b["extra"]["beta"] == a["history"][-1]["beta_next"]
+        composer = a["extra"]["composer"]
+        assert all(torch.equal(composer[k], b["extra"]["composer"][k]) for k in composer)
+        assert any(not torch.equal(composer[k], v) for k, v in
+                   torch.load(work / "composer" / "composer.pt", weights_only=True).items()), "composer did not train"
+        assert a["extra"]["bank"] == b["extra"]["bank"]
+        grown = sum(r >= 0.5 for rank in (a, b) for step in rank["local_rewards"] for r in step)
+        assert len(a["extra"]["bank"]) == 3 + grown  # every process's successes joined both banks
+
+
+@pytest.mark.parametrize("method", ["grpo", "lopd"])
+def test_logged_metrics_are_over_both_processes(runs, method):
+    (r0, r1), *_ = runs
+    for step, entry in enumerate(r0[method]["history"]):
+        local = [r0[method]["local_rewards"][step], r1[method]["local_rewards"][step]]
+        assert local[0] and local[1]
+        assert entry["reward"] == pytest.approx(np.mean(local[0] + local[1]))
+        assert entry["cumulative_rollouts"] == 8 * (step + 1) == len(local[0] + local[1]) * (step + 1)
+
+
+def test_one_checkpoint_and_one_mlflow_run_per_training(runs):
+    _, work, uri, stdout = runs
+    assert (work / "runs" / "grpo" / "manifest.json").is_file()
+    mlflow.set_tracking_uri(uri)
+    found = mlflow.search_runs(search_all_experiments=True, output_format="list")
+    assert sorted(r.info.run_name for r in found) == ["train@grpo", "train@lopd", "train@sdpo", "train@skill_sd"]
+    grpo = next(r for r in found if r.info.run_name == "train@grpo")
+    assert mlflow.MlflowClient().get_metric_history(grpo.info.run_id, "reward")[-1].step == 2
+    assert stdout.count("[grpo] step 2/2") == 1  # progress printed by one process
+
+
+def test_an_uneven_split_stops_with_one_line_naming_the_key(runs):
+    (r0, r1), *_ = runs
+    assert r0["uneven"] == r1["uneven"]
+    assert "\n" not in r0["uneven"] and r0["uneven"].startswith("train.rollouts_per_step: 3 tasks per step")
+    with pytest.raises(ProcessSplitError, match="over 4 processes"):
+        check_split(6, 4)
+    check_split(6, 3)
+
+
+@pytest.mark.parametrize("method", ["grpo", "sdpo", "skill_sd", "lopd"])
+def test_fsdp2_ranks_agree_and_end_where_ddp_does(runs, fsdp_runs, method):
+    (f0, f1), *_ = fsdp_runs
+    a, b, ddp = f0[method], f1[method], runs[0][0][method]
+    assert a["device"] == b["device"] == "cpu" and a["finite"] and b["finite"]
+    assert a["weights"].keys() == b["weights"].keys() == ddp["weights"].keys()
+    assert all(torch.equal(a["weights"][k], b["weights"][k]) for k in a["weights"]), "gathered weights differ"
+    assert _untimed(a["history"]) == _untimed(b["history"])
+    gap = max((a["weights"][k] - ddp["weights"][k]).abs().max().item() for k in a["weights"])
+    assert gap <= FSDP2_ATOL, f"FSDP2 and DDP weights {gap:.2e} apart"
+    assert a["local_rewards"] == ddp["local_rewards"]  # the same rollouts
+    for mine, theirs in zip(_untimed(a["history"]), _untimed(ddp["history"])):
+        assert mine == pytest.approx(theirs, rel=1e-4, abs=1e-7)  # grad_norm: ~2e-7 relative
+    if method == "sdpo":  # the EMA teacher followed the gathered student
+        assert all(torch.equal(a["extra"][k], b["extra"][k]) for k in a["extra"])
+        assert max((a["extra"][k] - ddp["extra"][k]).abs().max().item() for k in a["extra"]) <= FSDP2_ATOL
+    if method == "skill_sd":
+        assert a["extra"] == b["extra"] == ddp["extra"]
+    if method == "lopd":
+        assert a["extra"]["beta"] == b["extra"]["beta"] == pytest.approx(ddp["extra"]["beta"], rel=1e-6)
+        assert a["extra"]["bank"] == b["extra"]["bank"] == ddp["extra"]["bank"]
+
+
+def test_a_resumed_fsdp2_run_equals_an_uninterrupted_one(fsdp_runs):
+    """LOPD (two optimizer param groups: the sharded student and the composer) for 1 step, then resumed to 2 steps:
+    the full AdamW state went through the checkpoint and back into the shards."""
+    ranks, _, _, stdout = fsdp_runs
+    assert "resuming lopd from step 1" in stdout
+    for rank in ranks:
+        resumed, straight = rank["lopd_resumed"], rank["lopd"]
+        assert all(torch.equal(resumed["weights"][k], straight["weights"][k]) for k in straight["weights"])
+        composer = straight["extra"]["composer"]
+        assert all(torch.equal(resumed["extra"]["composer"][k], composer[k]) for k in composer)
+        assert resumed["extra"]["beta"] == straight["extra"]["beta"]
+        assert _untimed(resumed["history"]) == _untimed(straight["history"])
