@@ -1,4 +1,4 @@
-"""Multi-process agreement check: run under torchrun (or `accelerate launch`) with N processes.
+"""Multi-process agreement check: run under torchrun with N processes.
 
 Each process trains GRPO, SDPO (EMA teacher), Skill-SD (skills) and LOPD (composer, β, grown bank) for 2 steps on
 the given model, on its own device (`lopd.core.device`: the CPU with gloo, or one GPU per process with NCCL), then
@@ -126,7 +126,7 @@ def main() -> None:
 
 
 def load_ranks(work: Path, n: int) -> list[dict]:
-    return [torch.load(work / f"rank{r}.pt", weights_only=False) for r in range(n)]
+    return [torch.load(work / f"rank{r}.pt", weights_only=True) for r in range(n)]
 
 
 if __name__ == "__main__":

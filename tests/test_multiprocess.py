@@ -3,8 +3,8 @@
 the same weights and method state, the logged metrics are over both processes and each run is recorded once; the
 FSDP2 run ends where the DDP run does (up to summation order), and a resumed FSDP2 run equals an uninterrupted one.
 
-`accelerate launch --cpu --num_processes 2` starts the same gloo setup; torchrun is used here because it needs no
-accelerate config file. accelerate's own FSDP plugin is not exercised: on the CPU it falls back to DDP.
+Launched with torchrun: `accelerate launch --cpu --num_processes 2` started two independent single-process runs here.
+accelerate's own FSDP plugin is not exercised: on the CPU it falls back to DDP.
 """
 
 import importlib.util

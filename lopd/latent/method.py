@@ -53,13 +53,14 @@ class LOPD(Method):
         for name in (COMPOSER_FILE, ANCHORS_FILE):
             if not (self.composer_dir / name).exists():
                 raise FileNotFoundError(f"{self.composer_dir / name}: not found (run the cold_start stage)")
-        self.composer.load_trainable_state(torch.load(self.composer_dir / COMPOSER_FILE,
+        self.composer.load_trainable_state(torch.load(self.composer_dir / COMPOSER_FILE, weights_only=True,
                                                       map_location=device()))
         self.composer.requires_grad_(False)
         if cfg.lopd.train_composer:
             for name, p in self.composer.named_parameters():
                 p.requires_grad_("lora_" in name or name.startswith("qformer."))
-        self.anchors: dict[str, dict] = torch.load(self.composer_dir / ANCHORS_FILE, map_location=device())
+        self.anchors: dict[str, dict] = torch.load(self.composer_dir / ANCHORS_FILE, map_location=device(),
+                                                       weights_only=True)
         self.bank, self.retriever = load_bank(self.bank_dir, cfg.bank.self_retrieval)
         self.messages = {t.task_id: t.messages for t in ctx.tasks}
         self.tools = {t.task_id: t.tools for t in ctx.tasks}
