@@ -7,7 +7,10 @@ What comes from ``evalplus`` (called, not re-implemented):
   own override hooks (``HUMANEVAL_OVERRIDE_PATH`` / ``MBPP_OVERRIDE_PATH``; evalplus reads
   ``.gz`` directly); the dataset hash is evalplus' ``get_*_plus_hash``;
 * prompt: the instruction / response prefixes of ``evalplus.codegen`` laid out as
-  ``evalplus.provider.utility.make_raw_chat_prompt`` does for chat models;
+  ``evalplus.provider.utility.make_raw_chat_prompt`` does for chat models: the assistant turn
+  starts with the response prefix and an opened python fence;
+* generation: ends at evalplus' stop strings (``STOP_STRINGS``, the closing fence among them),
+  and the output is cut there as evalplus' HF / vLLM providers cut it (``chat_solution``);
 * post-processing: ``evalplus.sanitize`` (its ``code_extract`` + ``sanitize``) against the
   task's entry point;
 * expected outputs: ``evalplus.evaluate.get_groundtruth`` (runs the canonical solutions,
@@ -48,6 +51,7 @@ from typing import Any, Callable
 
 from evaluation.harness import evalplus_check
 from evaluation.stats import wilson_interval
+from lopd.core.progress import progress
 
 BENCHMARKS = ("humaneval_plus", "mbpp_plus")
 
@@ -65,6 +69,10 @@ RESPONSE_PREFIX = (
     "Below is a Python script with a self-contained function that solves the problem "
     "and passes corresponding tests:"
 )
+STOP_STRINGS = ("<|endoftext|>", "<|endofmask|>", "</s>", "\nif __name__", "\ndef main(", "\nprint(", "\n```\n")
+"""Where EvalPlus ends a chat model's output: ``evalplus.provider.utility.EOS`` and the closing fence its HF and
+vLLM providers add for chat models. What follows them (prose, a main block, demo prints) is mostly what the
+sanitizer drops anyway; stopping there saves those tokens and cuts the output exactly where EvalPlus cuts it."""
 
 # evalplus' own per-check memory cap (EVALPLUS_MAX_MEMORY_BYTES default: 4 GiB).
 BASE_MEMORY_MB = 4096
@@ -182,6 +190,15 @@ def build_messages(
     if prefill_response:
         messages.append({"role": "assistant", "content": f"{RESPONSE_PREFIX}\n```python\n"})
     return messages
+
+
+def chat_solution(generated: str) -> str:
+    """The raw solution ``evalplus.codegen`` keeps for a chat model, from the text generated after the prefilled
+    turn (``build_messages(..., prefill_response=True)``): cut before the earliest stop string, tabs as four spaces,
+    as ``evalplus.provider.hf`` returns it (its vLLM provider gets the same text from vLLM's stop strings). The
+    prefix is not prepended: the text is plain code, which the sanitizer takes as it is."""
+    cut = min((i for i in (generated.find(s) for s in STOP_STRINGS) if i >= 0), default=len(generated))
+    return generated[:cut].replace("\t", "    ")
 
 
 # ----------------------------------------------------------------------- sanitize
@@ -399,7 +416,9 @@ def score(
 
     runs: dict[str, _TaskRun] = {}
     started, built = time.monotonic(), 0
-    for tid, problem in problems.items():
+    # transient: minutes the first time (evalplus runs every canonical solution), a blink once cached
+    for tid, problem in progress(problems.items(), desc=f"{benchmark} expected outputs", total=len(problems),
+                                 unit="task", transient=True):
         pkl, meta_path = _gt_paths(cache_root, benchmark, dataset_hash, tid)
         built += not pkl.is_file()
         meta = _ensure_groundtruth(spec, problem, pkl, meta_path)
@@ -412,7 +431,8 @@ def score(
     max_n = max(len(c) for c in completions.values())
     jobs = [(tid, i) for i in range(max_n) for tid in problems if i < len(completions[tid])]
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        outcomes = list(pool.map(lambda job: _run_sample(runs[job[0]], completions[job[0]][job[1]]), jobs))
+        outcomes = list(progress(pool.map(lambda job: _run_sample(runs[job[0]], completions[job[0]][job[1]]), jobs),
+                                 desc=f"score {benchmark}", total=len(jobs), unit="sample"))
 
     per_task: dict[str, dict[str, list]] = {
         tid: {"base": [], "plus": [], "status": []} for tid in problems

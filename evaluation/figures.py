@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 X_KEY = "cumulative_rollouts"
 """Curves are drawn against generations (rollouts) so far, the paper's budget axis (its Fig. 4)."""
-PANELS = (("reward", "Mean reward"), ("loss", "Loss"), ("kl_mean", "Distillation KL"),
+PANELS = (("reward", "Mean reward"), ("val_reward", "Validation reward (greedy, held out)"), ("loss", "Loss"), ("kl_mean", "Distillation KL"),
           ("privilege_margin", "Privileged margin Δ"), ("beta_next", "Dual β"), ("entropy", "Entropy"),
           ("completions/mean_length", "Completion length"))
 """The per-step keys drawn, one panel each, when a history has them."""
@@ -36,7 +36,7 @@ def draw_curves(histories: dict[str, Sequence[dict]], path: Path, title: str) ->
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
     for ax, (key, panel_title) in zip(axes.flat, panels):
         for i, (label, hist) in enumerate(drawn.items()):  # one colour per history in every panel
-            points = [(h[X_KEY], h[key]) for h in hist if key in h]
+            points = sorted((h[X_KEY], h[key]) for h in hist if key in h)
             if points:
                 xs, ys = zip(*points)
                 ax.plot(xs, ys, color=f"C{i % 10}", marker="o" if len(points) < 20 else None, markersize=3,

@@ -6,12 +6,15 @@ from __future__ import annotations
 import sys
 import time
 
+import numpy as np
+
 from evaluation import evalplus_bench
 from evaluation.agentic import envscaler_split
 from lopd.latent.bank import (check_no_eval_overlap, sample_rollouts, successful_entries, task_text, trace_function,
                               write_bank)
 from lopd.latent.retrieval import (BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE, TextEmbedder, document_text, query_text,
                             save_vectors)
+from lopd.core.progress import progress
 from lopd.core.tracking import Tracker
 from pipelines.common import (BASE_MODEL_DIR, DOMAIN_ARG, DOMAINS, for_domain, parse_args, record_metrics,
                               stage_name, training_domain)
@@ -33,11 +36,21 @@ def evaluation_prompts(cfg, domain: str = "code") -> tuple[dict[str, str], str]:
     return prompts, "; ".join(missing)
 
 
+def embed(embedder: TextEmbedder, texts: list[str], desc: str) -> np.ndarray:
+    """`embedder.embed(texts)` under a bar, in the embedder's own batches (so the same vectors)."""
+    size, parts = embedder.batch_size, []
+    with progress(total=len(texts), desc=desc, unit="text") as bar:
+        for start in range(0, len(texts), size):
+            parts.append(embedder.embed(texts[start:start + size]))
+            bar.update(len(parts[-1]))
+    return np.concatenate(parts) if parts else embedder.embed(texts)
+
+
 def main() -> None:
     args, cfg = parse_args(__doc__, domain=DOMAIN_ARG)
     cfg, domain = for_domain(cfg, args.domain), DOMAINS[args.domain]
     stage = stage_name("build_bank", args.domain)
-    with Tracker(cfg, stage) as tracker, training_domain(cfg, args.domain) as (tasks, collect, source):
+    with Tracker(cfg, stage) as tracker, training_domain(cfg, args.domain) as (tasks, collect, source, _):
         start = time.perf_counter()
         sampled = tasks[:cfg.agentic.bank_task_limit] if args.domain == "agentic" else tasks
         if not sampled:
@@ -56,9 +69,10 @@ def main() -> None:
         embedder = TextEmbedder(cfg.bank.embedder)
         domain.bank.mkdir(parents=True, exist_ok=True)
         save_vectors(domain.bank / DOCUMENTS_FILE, [e.task_id for e in entries],
-                     embedder.embed([document_text(e) for e in entries]))
+                     embed(embedder, [document_text(e) for e in entries], "embed entries"))
         save_vectors(domain.bank / QUERIES_FILE, [t.task_id for t in tasks],
-                     embedder.embed([query_text(task_text(t.messages), cfg.bank.query_instruction) for t in tasks]))
+                     embed(embedder, [query_text(task_text(t.messages), cfg.bank.query_instruction) for t in tasks],
+                           "embed tasks"))
         meta = {"model": cfg.model.name, "profile": cfg.profile, "seed": cfg.seed, "embedder": cfg.bank.embedder,
                 "success_threshold": cfg.bank.success_threshold, "domain": args.domain, "data": source}
         write_bank(domain.bank / BANK_FILE, entries, meta)

@@ -19,9 +19,9 @@ def main() -> None:
     args, cfg = parse_args(__doc__, domain=DOMAIN_ARG)
     cfg, domain = for_domain(cfg, args.domain), DOMAINS[args.domain]
     stage = stage_name("cold_start", args.domain)
-    with Tracker(cfg, stage) as tracker, training_domain(cfg, args.domain) as (tasks, _, _):
+    with Tracker(cfg, stage) as tracker, training_domain(cfg, args.domain) as split:
         try:
-            result = cold_start(cfg, BASE_MODEL_DIR, domain.bank, tasks, domain.composer, FRAMINGS[domain.name],
+            result = cold_start(cfg, BASE_MODEL_DIR, domain.bank, split.tasks, domain.composer, FRAMINGS[domain.name],
                                 tracker)
         except (OSError, ValueError) as err:
             sys.exit(f"error: {stage}: {err}")

@@ -19,11 +19,12 @@ from lopd.core.checkpoint import MANIFEST, policy_dir
 from lopd.core.config import REPO_ROOT, Config, ConfigError, build_config, load_config
 from lopd.core.domain import Domain
 from lopd.core.models import check_model_dir
+from lopd.core.progress import quiet_libraries
 from lopd.core.tracking import Tracker, flatten
 
 if TYPE_CHECKING:
     from lopd.core.methods import Method
-    from lopd.core.rollout import Rollouts, Task
+    from lopd.core.rollout import TrainingSplit
 
 BASE_MODEL_DIR = REPO_ROOT / "models" / "base"
 BANK_DIR = REPO_ROOT / "bank"
@@ -42,6 +43,7 @@ def parse_args(description: str, **arguments: dict[str, Any]) -> tuple[argparse.
     for name, spec in arguments.items():
         parser.add_argument(f"--{name}", **spec)
     args = parser.parse_args()
+    quiet_libraries()
     try:
         cfg = load_config(args.params)
     except ConfigError as err:
@@ -129,8 +131,9 @@ def for_domain(cfg: Config, domain: str) -> Config:
 
 
 @contextlib.contextmanager
-def training_domain(cfg: Config, domain: str) -> Iterator[tuple[list[Task], Rollouts, str]]:
-    """A domain's training split as chat tasks, how to roll them out and score them, and the data's name."""
+def training_domain(cfg: Config, domain: str) -> Iterator[TrainingSplit]:
+    """A domain's training split: chat tasks, how to roll them out and score them, the data's name and the held-out
+    validation tasks."""
     with importlib.import_module(domain_module(domain)).training_tasks(cfg) as split:
         yield split
 

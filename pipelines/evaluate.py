@@ -1,8 +1,14 @@
 """Stage `eval@<method>-<benchmark>`: sample from a trained policy and score it with the official harness. Writes
-pass@1 with its 95% CI (metrics), and every completion with its verdicts and the full summary (results)."""
+pass@1 with its 95% CI (metrics), and every completion with its verdicts and the full summary (results).
+
+Sampling follows EvalPlus' own chat protocol (its HF and vLLM providers): the assistant turn is prefilled with the
+response prefix and an opened python fence, generation stops at EvalPlus' stop strings (the closing fence among
+them), and the text scored is the output cut there: scores comparable with EvalPlus' own runs, and no tokens spent
+on the explanation or demo code an instruct model may write after its code."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 
@@ -16,6 +22,8 @@ METRICS = {"pass@1": "pass@1_plus", "pass@1_ci_low": "pass@1_plus_ci_low", "pass
            "pass@1_base": "pass@1_base", "n_tasks": "n_tasks"}
 """What DVC shows of an evaluation (metric name -> summary key; pass@1 on EvalPlus+ tests with its 95% CI, in
 percent). Timings, token counts and the base tests' CI are in the results file."""
+PROTOCOL = "evalplus-chat (response prefix + stop \\n```\\n and evalplus' EOS strings)"
+"""Recorded in the summary: how completions were sampled (module docstring)."""
 
 
 def main() -> None:
@@ -32,20 +40,23 @@ def main() -> None:
         tokenizer = load_tokenizer(model_dir)
         backend = make_backend(model_dir, tokenizer, cfg, cfg.eval.batch_size)
         task_ids = [tid for tid in problems for _ in range(cfg.eval.n_samples)]
-        prompts = [encode_prompt(tokenizer, evalplus_bench.build_messages(problems[tid], args.benchmark))
-                   for tid in task_ids]
+        task_prompts = {tid: encode_prompt(tokenizer, evalplus_bench.build_messages(
+            problem, args.benchmark, prefill_response=True), continue_final=True) for tid, problem in problems.items()}
+        prompts = [task_prompts[tid] for tid in task_ids]
+        params = dataclasses.replace(sampling_params(cfg, cfg.eval.max_new_tokens), stop=evalplus_bench.STOP_STRINGS)
         start = time.perf_counter()
-        outputs = backend.generate(prompts, sampling_params(cfg, cfg.eval.max_new_tokens), seed=cfg.seed)
+        outputs = backend.generate(prompts, params, seed=cfg.seed)
         sampling_s = time.perf_counter() - start
         completions: dict[str, list[str]] = {tid: [] for tid in problems}
         for tid, out in zip(task_ids, outputs):
-            completions[tid].append(tokenizer.decode(out.token_ids, skip_special_tokens=True))
+            generated = tokenizer.decode(out.token_ids, skip_special_tokens=True)
+            completions[tid].append(evalplus_bench.chat_solution(generated))
         start = time.perf_counter()
         scored = evalplus_bench.score(args.benchmark, problems, completions, data_dir=data_dir,
                                       workers=cfg.eval.workers)
         scoring_s = time.perf_counter() - start
         summary = {k: v for k, v in scored.items() if k != "per_task"}
-        summary.update({"method": args.method, "profile": cfg.profile, "seed": cfg.seed,
+        summary.update({"method": args.method, "profile": cfg.profile, "seed": cfg.seed, "protocol": PROTOCOL,
                         "task_limit": cfg.eval.task_limit, "max_new_tokens": cfg.eval.max_new_tokens,
                         "generated_tokens": sum(len(o.token_ids) for o in outputs),
                         "sampling_s": round(sampling_s, 1), "scoring_s": round(scoring_s, 1)})

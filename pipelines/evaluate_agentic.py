@@ -16,6 +16,7 @@ from evaluation.stats import wilson_interval
 from lopd.core.config import resolve_model
 from lopd.core.models import load_tokenizer
 from lopd.core.multiturn import run_episodes
+from lopd.core.progress import progress
 from lopd.core.rollout import make_backend, sampling_params
 from lopd.core.tracking import Tracker
 from lopd.core.trajectory import BEHAVIOUR_KEYS, Trajectory
@@ -53,12 +54,26 @@ def summarise(trajectories) -> dict:
     episodes = [t.behaviour for t in trajectories]
     out.update({key: mean(getattr(b, key) for b in episodes) for key in BEHAVIOUR_KEYS})
     out["tool_calls_mean"] = mean(b.tool_calls for b in episodes)
+    out.update(call_rates(episodes))
     for key in EXTRA_SCORES:
         if any(key in b.scores for b in episodes):
             out[key] = 100 * mean(b.scores.get(key, 0.0) for b in episodes)
     ends = [b.ended for b in episodes]
     out["ended"] = {reason: ends.count(reason) for reason in sorted(set(ends))}
     return out
+
+
+def call_rates(episodes) -> dict:
+    """Shares of all policy steps (pooled over episodes) that held a well-formed tool call (`well_formed_call_rate`)
+    and a malformed call attempt (`malformed_call_rate`), as parsed under `agentic.tool_call_format`, and the steps
+    counted (`n_policy_steps`). From the episode counts: per episode min(tool_calls, steps) and
+    min(invalid_calls, steps), which is exact when no step holds more than one call (the format the system prompt
+    asks for) and an upper bound otherwise. 0 when no episode took a step."""
+    steps = sum(b.steps for b in episodes)
+    well_formed = sum(min(b.tool_calls, b.steps) for b in episodes)
+    malformed = sum(min(b.invalid_calls, b.steps) for b in episodes)
+    return {"well_formed_call_rate": well_formed / max(steps, 1), "malformed_call_rate": malformed / max(steps, 1),
+            "n_policy_steps": steps}
 
 
 def episode_record(t: Trajectory) -> dict:
@@ -96,7 +111,7 @@ def main() -> None:
         for name in a.benchmarks:
             start = time.perf_counter()
             summary = {"method": args.method, "benchmark": name, "profile": cfg.profile, "seed": cfg.seed,
-                       "task_limit": a.task_limit}
+                       "task_limit": a.task_limit, "tool_call_format": a.tool_call_format}
             try:
                 bench = load_benchmark(cfg, name, user)
             except (OSError, ValueError, ImportError) as err:  # data or package missing: say so, run the rest
@@ -106,10 +121,13 @@ def main() -> None:
                 try:
                     trajectories = []
                     size = cfg.eval.batch_size  # environments (and their state) alive at once
-                    for i in range(0, len(bench.episodes), size):
-                        chunk = bench.episodes[i:i + size]
-                        trajectories += run_episodes(backend, tokenizer, [(tid, 0, env) for tid, env in chunk], params,
-                                                     cfg.seed + i, bench.max_steps, a.max_context_tokens)
+                    with progress(total=len(bench.episodes), desc=name, unit="ep") as bar:
+                        for i in range(0, len(bench.episodes), size):
+                            chunk = bench.episodes[i:i + size]
+                            trajectories += run_episodes(backend, tokenizer, [(tid, 0, env) for tid, env in chunk],
+                                                         params, cfg.seed + i, bench.max_steps, a.max_context_tokens,
+                                                         tool_call_format=a.tool_call_format)
+                            bar.update(len(chunk))
                 finally:
                     bench.close()
                 summary.update({"data": bench.source, "max_steps": bench.max_steps, **summarise(trajectories)})

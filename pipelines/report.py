@@ -1,13 +1,19 @@
 """Stage `report`: the paper's Table 1 (tool use), Table 2 (code) and Table 3 (behaviour) layouts, each as md, csv
-and tex, from the evaluation summaries (results/eval/*/*.json, results/agentic/eval/*/*.json); the training curves
-of every method per domain (reports/figures/); all of them, and every table cell as a metric, on one MLflow run."""
+and tex, from the evaluation results files (results/eval/*/*.json, results/agentic/eval/*/*.json): scores with
+95% CIs and paired differences from the per-task scores, behaviour from the summaries; the training curves of every
+method per domain (reports/figures/); all of them, and every table cell as a metric, on one MLflow run."""
 
 from __future__ import annotations
 
 import json
+from collections import defaultdict
+from statistics import mean
+from typing import Callable
 
+from evaluation.curves import EVIDENCE_COLUMNS, evidence_row
 from evaluation.figures import draw_curves
-from evaluation.tables import Table, behaviour_table, code_table, to_csv, to_latex, to_markdown, tool_use_table
+from evaluation.tables import (Estimate, ResultTable, Scores, Table, behaviour_table, code_table, describe, to_csv,
+                               to_latex, to_markdown, tool_use_table)
 from lopd.core import registry
 from lopd.core.config import REPO_ROOT
 from lopd.core.tracking import Tracker
@@ -23,20 +29,71 @@ def histories(methods: list[str], domain: str) -> dict[str, list[dict] | None]:
     return {m: json.loads(path.read_text()) if path.exists() else None for m, path in paths.items()}
 
 
+def validations(methods: list[str]) -> dict[str, list[dict]]:
+    """Each trained code method's validation points (greedy reward on the held-out tasks); [] where there are none."""
+    paths = {m: DOMAINS["code"].plots / "validation" / f"{m}.json" for m in methods}
+    return {m: json.loads(path.read_text()) if path.exists() else [] for m, path in paths.items()}
+
+
+def evidence_table(trained: dict[str, list[dict] | None], validated: dict[str, list[dict]]) -> Table:
+    """Training evidence of the code domain's trained methods (evaluation/curves.py), GRPO's final validation
+    reward as the target of the rollouts-to-reach column."""
+    grpo = validated.get("grpo") or []
+    target = grpo[-1]["val_reward"] if grpo else None
+    rows = [(registry.label(m), evidence_row(steps, validated[m], target)) for m, steps in trained.items() if steps]
+    notes = ["Reward slope: OLS of the per-step training reward on cumulative rollouts, x1000, with its 95% t-interval "
+             "(a rise beyond noise where low > 0).",
+             "Val. reward: greedy reward on the held-out training-distribution tasks (data.validation_tasks) before "
+             "the first step and after the last; Val. change: end minus start with its paired bootstrap 95% CI over "
+             "those tasks.",
+             "Rollouts to GRPO's final val.: rollouts at a method's first validation point at or above GRPO's final "
+             f"validation reward ({'n/a' if target is None else f'{target:.3f}'}); n/a: never reached, or no "
+             "validation."]
+    return Table(EVIDENCE_COLUMNS, rows, notes, digits=3)
+
+
 def rollouts_trained(steps: list[dict] | None) -> int | str:
     """The rollout budget a checkpoint was trained with, from its history."""
     return "n/a" if steps is None else steps[-1]["cumulative_rollouts"] if steps else 0
 
 
-def load_summaries(domain: str, methods: list[str], benchmarks: list[str]) -> dict[str, dict[str, dict]]:
-    """summaries[method][benchmark]: the evaluation summary in its results file, for those that exist."""
-    summaries: dict[str, dict[str, dict]] = {}
+def load_results(domain: str, methods: list[str], benchmarks: list[str]) -> dict[str, dict[str, dict]]:
+    """results[method][benchmark]: the results file an evaluation stage wrote, for those that exist."""
+    results: dict[str, dict[str, dict]] = {}
     for method in methods:
         for benchmark in benchmarks:
             path = DOMAINS[domain].results / "eval" / method / f"{benchmark}.json"
             if path.exists():
-                summaries.setdefault(method, {})[benchmark] = json.loads(path.read_text())["summary"]
-    return summaries
+                results.setdefault(method, {})[benchmark] = json.loads(path.read_text())
+    return results
+
+
+def summaries(results: dict[str, dict[str, dict]]) -> dict[str, dict[str, dict]]:
+    """summaries[method][benchmark]: the summary of each results file."""
+    return {m: {b: r["summary"] for b, r in runs.items()} for m, runs in results.items()}
+
+
+def code_scores(result: dict) -> Scores:
+    """Per-task pass@1 of an eval stage's results file: the share of a task's samples passing the EvalPlus+ tests."""
+    verdicts = {tid: task["plus"] for tid, task in result["per_task"].items()}
+    return Scores({tid: mean(map(float, v)) for tid, v in verdicts.items()},
+                  min((len(v) for v in verdicts.values()), default=0))
+
+
+def agentic_scores(result: dict) -> Scores:
+    """Per-task score of an eval_agentic results file: the mean reward of the task's episodes. A benchmark that ran
+    no episode (its data missing) has no tasks and keeps its summary's note."""
+    rewards: dict[str, list[float]] = defaultdict(list)
+    for episode in result["episodes"]:
+        rewards[episode["task_id"]].append(episode["reward"])
+    return Scores({tid: mean(r) for tid, r in rewards.items()}, min(map(len, rewards.values()), default=0),
+                  None if rewards else result["summary"].get("note"))
+
+
+def per_task_scores(results: dict[str, dict[str, dict]],
+                    parse: Callable[[dict], Scores]) -> dict[str, dict[str, Scores]]:
+    """scores[method][benchmark]: each results file's per-task scores, as `parse` reads them."""
+    return {m: {b: parse(r) for b, r in runs.items()} for m, runs in results.items()}
 
 
 def budget_note(trained: dict[str, list[dict] | None]) -> str:
@@ -44,27 +101,38 @@ def budget_note(trained: dict[str, list[dict] | None]) -> str:
                                              for m, steps in trained.items()) + "."
 
 
-def outputs(stem: str, table: Table, title: str) -> dict[str, str]:
-    return {f"{stem}.md": to_markdown(table, title), f"{stem}.csv": to_csv(table), f"{stem}.tex": to_latex(table, title)}
+def outputs(stem: str, table: Table | ResultTable, title: str) -> dict[str, str]:
+    return {f"{stem}.md": to_markdown(table, title), f"{stem}.csv": to_csv(table),
+            f"{stem}.tex": to_latex(table, title)}
 
 
-def table_metrics(name: str, table: Table) -> dict[str, float]:
-    """Every cell with a value, as `<table>.<method>.<column>` (for MLflow)."""
-    return {f"{name}.{label}.{key}": value for label, row in table.rows for key, value in row.items()
-            if value is not None}
+def table_metrics(name: str, table: Table | ResultTable) -> dict[str, float]:
+    """Every cell with a value, as `<table>.<method>.<column>` (for MLflow), a score's CI as `<...>.ci_low` and
+    `<...>.ci_high`."""
+    metrics: dict[str, float] = {}
+    for label, row in table.rows:
+        for key, cell in row.items():
+            prefix = f"{name}.{label}.{key}"
+            if isinstance(cell, Estimate):
+                metrics.update({prefix: cell.value, f"{prefix}.ci_low": cell.low, f"{prefix}.ci_high": cell.high})
+            elif cell is not None:
+                metrics[prefix] = cell
+    return metrics
 
 
 def main() -> None:
     _, cfg = parse_args(__doc__)
     with Tracker(cfg, stage_name("report")) as tracker:
         trained = {domain: histories(cfg.methods, domain) for domain in DOMAINS}
-        code = code_table(load_summaries("code", cfg.methods, cfg.benchmarks), cfg.methods)
+        code = code_table(per_task_scores(load_results("code", cfg.methods, cfg.benchmarks), code_scores),
+                          cfg.methods)
         code.notes.append(budget_note(trained["code"]))
         subset = "all tasks" if cfg.eval.task_limit is None else f"first {cfg.eval.task_limit} tasks per benchmark"
-        title = (f"Code results ({cfg.profile} profile, model {cfg.model.name}, pass@1 (%) over "
-                 f"{cfg.eval.n_samples} sample(s), {subset})")
-        agentic = load_summaries("agentic", cfg.methods, cfg.agentic.benchmarks)
-        tool_use = tool_use_table(agentic, cfg.methods)
+        title = (f"Code results ({cfg.profile} profile, model {cfg.model.name}, pass@1 (%), {subset}; "
+                 f"{describe(code)})")
+        agentic_results = load_results("agentic", cfg.methods, cfg.agentic.benchmarks)
+        agentic = summaries(agentic_results)
+        tool_use = tool_use_table(per_task_scores(agentic_results, agentic_scores), cfg.methods)
         tool_use.notes.append(budget_note(trained["agentic"]))
         data = sorted({s["data"] for runs in agentic.values() for b, s in runs.items()
                        if b == "envscaler" and "data" in s})
@@ -72,23 +140,31 @@ def main() -> None:
         agentic_subset = ("all tasks" if limit is None else "the first task of each benchmark" if limit == 1
                           else f"first {limit} tasks per benchmark")
         tool_title = (f"Tool-use results ({cfg.profile} profile, model {cfg.model.name}, score 0-100, "
-                      f"{agentic_subset}, EnvScaler data: {', '.join(data) or 'n/a'})")
+                      f"{agentic_subset}, EnvScaler data: {', '.join(data) or 'n/a'}; {describe(tool_use)})")
+        validated = validations(cfg.methods)
+        evidence = evidence_table(trained["code"], validated)
+        val_n = sorted({v["val_n"] for points in validated.values() for v in points})
+        evidence_title = (f"Training evidence, code domain ({cfg.profile} profile, model {cfg.model.name}, "
+                          f"validation n = {', '.join(map(str, val_n)) or 'n/a'} held-out tasks)")
         behaviour = behaviour_table(agentic, cfg.methods)
         behaviour_title = f"Behaviour on the EnvScaler test split ({cfg.profile} profile, means per episode)"
         files = {**outputs("tool_use_results", tool_use, tool_title), **outputs("code_results", code, title),
-                 **outputs("behavior", behaviour, behaviour_title)}
+                 **outputs("behavior", behaviour, behaviour_title),
+                 **outputs("training_evidence", evidence, evidence_title)}
         TABLES_DIR.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
             (TABLES_DIR / name).write_text(text)
             tracker.log_artifact(TABLES_DIR / name)
         for domain in DOMAINS:
             figure = FIGURES_DIR / f"training_curves_{domain}.png"
-            draw_curves({registry.label(m): steps or [] for m, steps in trained[domain].items()}, figure,
-                        f"Training curves, {domain} domain ({cfg.profile} profile, model {cfg.model.name})")
+            points = validated if domain == "code" else {}
+            curves = {registry.label(m): (steps or []) + points.get(m, []) for m, steps in trained[domain].items()}
+            draw_curves(curves, figure, f"Training curves, {domain} domain ({cfg.profile} profile, model {cfg.model.name})")
             tracker.log_artifact(figure)
         tracker.log_metrics({**table_metrics("code", code), **table_metrics("tool_use", tool_use),
-                             **table_metrics("behaviour", behaviour)})
-    print(files["tool_use_results.md"], files["code_results.md"], files["behavior.md"], sep="\n")
+                             **table_metrics("behaviour", behaviour), **table_metrics("evidence", evidence)})
+    print(files["tool_use_results.md"], files["code_results.md"], files["behavior.md"], files["training_evidence.md"],
+          sep="\n")
 
 
 if __name__ == "__main__":

@@ -22,14 +22,17 @@ FINAL_VALUES = {"kl_final": "kl_mean", "delta_final": "privilege_margin", "beta_
 names differ from the per-step keys, which the stage's MLflow run also holds."""
 
 
-def train_summary(history: list[dict]) -> dict[str, float]:
-    """The run's scalars for DVC and MLflow: reward at the last step and averaged over steps, rollouts used, and
-    the last step's distillation KL, privileged margin Δ and dual β (after the step) where the method has them."""
+def train_summary(history: list[dict], validation: list[dict]) -> dict[str, float]:
+    """The run's scalars for DVC and MLflow: reward at the last step and averaged over steps, rollouts used, the
+    validation reward before training and at the end, and the last step's distillation KL, privileged margin Δ and
+    dual β (after the step) where the method has them."""
     if not history:
         return {"rollouts": 0}
     last = history[-1]
     return {"reward_final": last["reward"], "reward_mean": mean(h["reward"] for h in history),
             "rollouts": last["cumulative_rollouts"],
+            **({"val_reward_initial": validation[0]["val_reward"], "val_reward_final": validation[-1]["val_reward"],
+                "val_n": validation[-1]["val_n"]} if validation else {}),
             **{name: last[key] for name, key in FINAL_VALUES.items() if key in last}}
 
 
@@ -39,23 +42,25 @@ def main() -> None:
     method = build_method(args.method, cfg, args.domain)
     stage = stage_name("train", args.domain, method.name)
     with (Tracker(cfg, stage, system_metrics=True) as tracker,
-          training_domain(cfg, args.domain) as (tasks, collect, source)):
+          training_domain(cfg, args.domain) as (tasks, collect, source, validation)):
         start = time.perf_counter()
         try:
             result = train(cfg, method, tasks, collect, BASE_MODEL_DIR, domain.checkpoints / method.name, tracker,
-                           stage_modules("pipelines.train", domain=args.domain))
+                           stage_modules("pipelines.train", domain=args.domain), validation)
         except (FileNotFoundError, MethodInputError, ProcessSplitError) as err:  # e.g. a missing upstream output
             sys.exit(f"error: {err}")
         if not PartialState().is_main_process:  # one process writes the run's outputs
             return
-        history = result["history"]
-        summary = {**train_summary(history), "n_train_tasks": len(tasks),
+        history, validated = result["history"], result["validation"]
+        summary = {**train_summary(history, validated), "n_train_tasks": len(tasks),
                    "wall_s": round(time.perf_counter() - start, 1)}
         history_path = domain.plots / "train" / f"{method.name}.json"
+        validation_path = domain.plots / "validation" / f"{method.name}.json"
         write_json(history_path, history)
+        write_json(validation_path, validated)
         figure = history_path.with_suffix(".png")
-        draw_curves({method.name: history}, figure, f"{stage} ({cfg.profile} profile, {source})")
-        for path in (history_path, figure):
+        draw_curves({method.name: history + validated}, figure, f"{stage} ({cfg.profile} profile, {source})")
+        for path in (history_path, validation_path, figure):
             tracker.log_artifact(path)
         record_metrics(tracker, domain.metrics / "train" / f"{method.name}.json", stage, summary)
     print(f"wrote {domain.metrics / 'train' / f'{method.name}.json'}, {history_path} and {figure}")

@@ -21,7 +21,7 @@ def test_repo_params_are_the_default_composition():
         compose_and_dump(out, str(CONF_DIR), None, "config", tmp, [])
         assert read_yaml(out) == read_yaml(REPO_ROOT / "params.yaml")
     cfg = load_config()
-    assert cfg.profile == "cpu" and cfg.model.name == "smollm2-135m" and cfg.train.steps == 24
+    assert cfg.profile == "cpu" and cfg.model.name == "qwen2.5-coder-0.5b" and cfg.train.steps == 16
 
 
 def test_paper_values_are_the_defaults():
@@ -64,6 +64,7 @@ def test_paper_values_are_the_defaults():
     ({"bank": {"success_threshold": 2}}, "bank.success_threshold"),
     ({"composer": {"lora_rank": 0}}, "composer.lora_rank"),
     ({"cold_start": {"grad_clip": 0}}, "cold_start.grad_clip"),
+    ({"agentic": {"tool_call_format": "json"}}, "agentic.tool_call_format: 'json' is not strict or lenient"),
 ])
 def test_bad_params_give_one_line_error_naming_the_key(raw, message):
     with pytest.raises(ConfigError) as err:
@@ -82,10 +83,20 @@ def test_explicit_values_win_over_the_profile_even_at_the_paper_default():
     assert resolve({"profile": "smoke", "train": {"steps": 7}}).train.steps == 7
 
 
+def test_tool_call_format_is_strict_in_the_paper_and_lenient_for_small_models():
+    from lopd.core.multiturn import TOOL_CALL_FORMATS
+
+    assert Config().agentic.tool_call_format == "strict"  # the paper's parser: <tool_call> blocks only
+    formats = {name: resolve({"profile": name}).agentic.tool_call_format for name in ("paper", "smoke")}
+    assert formats == {"paper": "strict", "smoke": "lenient"}
+    assert resolve({"profile": "smoke", "agentic": {"tool_call_format": "strict"}}).agentic.tool_call_format == "strict"
+    assert set(TOOL_CALL_FORMATS) == {"strict", "lenient"}  # what the config validates is what the parser reads
+
+
 def test_profile_switch_changes_what_params_yaml_holds():
     cpu, smoke = compose("cpu"), compose("smoke")
     assert (cpu["profile"], smoke["profile"]) == ("cpu", "smoke")
-    assert (cpu["model"]["name"], smoke["model"]["name"]) == ("smollm2-135m", "tiny-random")
+    assert (cpu["model"]["name"], smoke["model"]["name"]) == ("qwen2.5-coder-0.5b", "tiny-random")
     assert {name for name in PROFILES_NAMES} == {"smoke", "cpu", "paper"}
     for name in PROFILES_NAMES:
         assert build_config(compose(name)).to_dict() == compose(name)  # every key present, nothing added

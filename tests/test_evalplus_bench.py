@@ -68,6 +68,37 @@ def test_messages_follow_evalplus_chat_protocol_without_system_prompt():
         eb.build_messages(problem, "humaneval")
 
 
+def test_prefilled_prompt_is_evalplus_chat_prompt_left_open(tokenizer):
+    """Rendered with `continue_final`, the prefilled turn is token for token the prompt EvalPlus' HF and vLLM providers
+    give a chat model (`make_raw_chat_prompt`): it ends with the opened python fence, no end-of-turn after it."""
+    from evalplus.provider.utility import make_raw_chat_prompt
+
+    from lopd.core.rollout import chat_text, encode_prompt
+
+    problem = {"prompt": '\ndef add(a, b):\n    """Add two numbers."""\n'}
+    messages = eb.build_messages(problem, "humaneval_plus", prefill_response=True)
+    text = chat_text(tokenizer, messages, continue_final=True)
+    assert text == make_raw_chat_prompt(problem["prompt"].strip() + "\n", eb.INSTRUCTION_PREFIX, eb.RESPONSE_PREFIX,
+                                        tokenizer)
+    assert text.endswith("<|im_start|>assistant\n" + eb.RESPONSE_PREFIX + "\n```python\n")
+    ids = encode_prompt(tokenizer, messages, continue_final=True)
+    assert tokenizer.decode(ids) == text and tokenizer.convert_tokens_to_ids("<|im_end|>") not in ids[-12:]
+
+
+def test_chat_solution_is_what_evalplus_keeps_of_a_chat_models_output():
+    """evalplus' providers cut the output before the earliest of their stop strings and turn tabs into 4 spaces;
+    codegen keeps that (no prefix) as the raw solution, which its sanitizer reads."""
+    from evalplus.provider.utility import EOS
+
+    assert eb.STOP_STRINGS == (*EOS, "\n```\n")
+    generated = "def add(a, b):\n\treturn a + b\n```\n\nThis adds two numbers:\n```python\nprint(add(1, 2))\n```\n"
+    assert eb.chat_solution(generated) == "def add(a, b):\n    return a + b"
+    assert eb.chat_solution("def add(a, b):\n    return a + b\n\nprint(add(1, 2))\n```\n") == (
+        "def add(a, b):\n    return a + b\n")
+    assert eb.chat_solution("def add(a, b):\n    return a") == "def add(a, b):\n    return a"  # out of budget
+    assert eb.sanitize_completion(eb.chat_solution(generated), "add") == "def add(a, b):\n    return a + b"
+
+
 @pytest.mark.parametrize("benchmark", eb.BENCHMARKS)
 def test_missing_data_gives_one_line_offline_error(benchmark, tmp_path, monkeypatch):
     import evalplus.data.utils as du

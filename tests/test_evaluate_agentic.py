@@ -9,7 +9,7 @@ from pipelines.evaluate_agentic import episode_record, summarise
 
 def _episode(reward, calls, steps, scores, ended="step_cap", **extra):
     behaviour = EpisodeBehaviour(ended=ended, steps=steps, tool_calls=calls, invalid_calls=1, repeated_calls=0,
-                                 tool_calls_per_step=calls / steps, first_step_tokens=7,
+                                 tool_calls_per_step=calls / max(steps, 1), first_step_tokens=7,
                                  reward_per_tool_call=reward / max(calls, 1), scores={"reward": reward, **scores},
                                  **extra)
     return Trajectory("t", [Turn([1, 2], [3], [0.0])], reward=reward, response="1. get() -> {}", stopped=True,
@@ -34,6 +34,17 @@ def test_summary_of_failed_scoring_counts_zero_not_crash():
     episodes = [_episode(1.0, 1, 1, {"end_to_end": 1.0}), _episode(0.0, 1, 1, {"score_error": 1.0})]
     out = summarise(episodes)
     assert out["end_to_end"] == 50.0 and "process" not in out
+
+
+def test_summary_reports_well_formed_and_malformed_call_rates():
+    """Shares of all policy steps, pooled: a step counts at most once (a step with two calls is one call step)."""
+    episodes = [_episode(1.0, 2, 4, {}), _episode(0.0, 0, 3, {}), _episode(0.0, 5, 3, {}),  # 5 calls in 3 steps
+                _episode(0.0, 0, 0, {}, "context")]  # no step fit: counts nothing
+    out = summarise(episodes)
+    assert out["n_policy_steps"] == 10
+    assert out["well_formed_call_rate"] == (2 + 0 + 3) / 10
+    assert out["malformed_call_rate"] == (1 + 1 + 1 + 0) / 10  # one invalid call per episode that took a step
+    assert summarise([_episode(0.0, 0, 0, {}, "context")])["well_formed_call_rate"] == 0.0
 
 
 def test_summary_of_no_episodes_is_a_note():

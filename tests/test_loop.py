@@ -22,7 +22,7 @@ def _score(tasks, completions):
 
 
 def _cfg(steps):
-    return resolve({"profile": "smoke", "train": {"steps": steps, "save_every": 1}})
+    return resolve({"profile": "smoke", "train": {"steps": steps, "save_every": 1, "val_every": 1}})
 
 
 def _weights(path):
@@ -31,9 +31,12 @@ def _weights(path):
 
 
 def test_grpo_updates_weights_and_resume_equals_uninterrupted_run(tiny_model_dir, tmp_path):
-    straight = train(_cfg(2), GRPO(_cfg(2).grpo), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "a")
-    train(_cfg(1), GRPO(_cfg(1).grpo), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "b")
-    resumed = train(_cfg(2), GRPO(_cfg(2).grpo), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "b")
+    held_out = [Task("v0", [{"role": "user", "content": "Count to three."}])] * 3
+    run = lambda steps, out: train(_cfg(steps), GRPO(_cfg(steps).grpo), TASKS, single_turn(_score),  # noqa: E731
+                                   tiny_model_dir, tmp_path / out, validation=held_out)
+    straight = run(2, "a")
+    run(1, "b")
+    resumed = run(2, "b")
     a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
     base = load_file(str(tiny_model_dir / "model.safetensors"))
     assert any(not torch.equal(a[k], base[k]) for k in a), "GRPO must change the weights"
@@ -41,6 +44,12 @@ def test_grpo_updates_weights_and_resume_equals_uninterrupted_run(tiny_model_dir
         assert torch.allclose(a[k], b[k], atol=1e-7), k
     assert [h["reward"] for h in straight["history"]] == [h["reward"] for h in resumed["history"]]
     assert straight["history"][-1]["cumulative_rollouts"] == 16
+    # greedy validation before training and after every step (val_every 1), carried across the resume
+    assert straight["validation"] == resumed["validation"]
+    assert [(v["step"], v["cumulative_rollouts"], v["val_n"]) for v in straight["validation"]] == [
+        (0, 0, 3), (1, 8, 3), (2, 16, 3)]
+    # greedy: the three copies of one task score alike (_score rewards the completion's length parity)
+    assert all(v["val_reward"] in (0.0, 1.0) for v in straight["validation"])
     # TRL GRPOTrainer's metric names; num_tokens is cumulative and carries across the resume
     first, last = straight["history"]
     assert [h["num_tokens"] for h in straight["history"]] == [h["num_tokens"] for h in resumed["history"]]

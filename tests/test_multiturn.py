@@ -97,18 +97,121 @@ def _call(name, **arguments):
     return f'<tool_call>{json.dumps({"name": name, "arguments": arguments})}</tool_call>'
 
 
-def test_parse_step_reads_json_calls_and_reports_malformed_ones():
-    step = parse_step(f'thinking... {_call("add", n=2)} and {_call("get")}')
+@pytest.mark.parametrize("mode", ["strict", "lenient"])
+def test_parse_step_reads_json_calls_and_reports_malformed_ones(mode):
+    """`<tool_call>` blocks read the same in both formats; a malformed block is an error in both."""
+    step = parse_step(f'thinking... {_call("add", n=2)} and {_call("get")}', mode)
     assert [(c.name, c.arguments) for c in step.calls] == [("add", {"n": 2}), ("get", {})]
-    assert parse_step("no call here") == ParsedStep([], [])
-    assert parse_step('<tool_call>{"name": "add", "arguments": "{\\"n\\": 1}"}</tool_call>').calls[0].arguments == {"n": 1}
+    assert parse_step("no call here", mode) == ParsedStep([], [])
+    assert parse_step('<tool_call>{"name": "add", "arguments": "{\\"n\\": 1}"}</tool_call>', mode
+                      ).calls[0].arguments == {"n": 1}
     for bad in ('<tool_call>{"name": "add", "arguments": [1]}</tool_call>', "<tool_call>add(n=1)</tool_call>",
                 '<tool_call>{"arguments": {}}</tool_call>', '<tool_call>["add"]</tool_call>',
                 '<tool_call>{"name": "add", "arguments": {"n": 1}', "<tool_call>" + "[" * 5000 + "</tool_call>"):
-        step = parse_step(bad)
+        step = parse_step(bad, mode)
         assert step.calls == [] and len(step.errors) == 1, bad
-    assert parse_step('<tool_call>{"name": "__import__(\'os\').system(\'x\')", "arguments": {}}</tool_call>'
+    assert parse_step('<tool_call>{"name": "__import__(\'os\').system(\'x\')", "arguments": {}}</tool_call>', mode
                       ).calls[0].name == "__import__('os').system('x')"  # a name is a string, never code
+
+
+FENCED = 'I will check the balance.\n```json\n{"name": "get_balance", "arguments": {"account_id": "A1"}}\n```'
+"""What Qwen2.5-Coder-0.5B-Instruct wrote in 23 of 24 samples (no `<tool_call>` tags)."""
+
+
+def _calls(text, mode="lenient"):
+    return [(c.name, c.arguments) for c in parse_step(text, mode).calls]
+
+
+def test_strict_format_ignores_fenced_and_bare_calls():
+    for text in (FENCED, 'Calling {"name": "get", "arguments": {}} now.', '```\n{"name": "get", "arguments": {}}\n```',
+                 '```json\n{"name": "get", "arguments": \n```'):
+        assert parse_step(text, "strict") == ParsedStep([], []), text
+
+
+def test_lenient_format_reads_fenced_and_bare_call_objects():
+    assert _calls(FENCED) == [("get_balance", {"account_id": "A1"})]
+    assert _calls('```\n{"name": "get", "arguments": {}}\n```') == [("get", {})]  # a fence without a language
+    assert _calls('```JSON {"name": "get", "arguments": {}}```') == [("get", {})]
+    assert _calls('Sure: {"name": "add", "arguments": {"n": 2}} should do it.') == [("add", {"n": 2})]
+    assert _calls('{"name": "add", "arguments": "{\\"n\\": 1}"}') == [("add", {"n": 1})]  # arguments as a JSON string
+    nested = {"name": "transfer", "arguments": {"to": {"iban": "DE1", "tags": [{"k": "}"}]}, "amount": 5}}
+    assert _calls(f"Now {json.dumps(nested)}.") == [("transfer", nested["arguments"])]  # braces balanced by json
+    assert _calls(f"```json\n{json.dumps(nested, indent=2)}\n```") == [("transfer", nested["arguments"])]
+    # every call is kept in order (the driver runs the first); fenced calls win over bare ones
+    assert _calls('{"name": "a", "arguments": {}} then {"name": "b", "arguments": {}}') == [("a", {}), ("b", {})]
+    assert _calls('{"name": "bare", "arguments": {}}\n```json\n{"name": "fenced", "arguments": {}}\n```'
+                  ) == [("fenced", {})]
+
+
+def test_lenient_format_prefers_tool_call_blocks():
+    assert _calls(_call("get") + FENCED) == [("get", {})]
+    step = parse_step("<tool_call>not json</tool_call>" + FENCED, "lenient")  # a malformed block stays an error
+    assert step.calls == [] and len(step.errors) == 1 and "not valid JSON" in step.errors[0]
+
+
+def test_lenient_format_skips_json_that_is_not_a_call():
+    for text in ('```json\n{"balance": 12.5, "currency": "EUR"}\n```', '```json\n[1, 2, 3]\n```',
+                 'The account {"name": "Alice", "balance": 5} is open.',  # "name" without "arguments": data
+                 '```json\n{"name": "Alice"}\n```', "a set {1, 2} and {braces} and {\"unclosed\": ", "{}",
+                 "```json\nnot json at all\n```", "```\nprint('hello')\n```",
+                 '```python\n{"name": "get", "arguments": {}}\n```',  # other languages are never read
+                 '{"name": [' * 5000):  # degenerate repetition: the scan gives up instead of going quadratic
+        assert parse_step(text, "lenient") == ParsedStep([], []), text[:80]
+    assert _calls('{"a' * 50 + ' ok {"name": "get", "arguments": {}}') == [("get", {})]
+
+
+def test_lenient_format_reports_malformed_call_attempts():
+    for bad in ('```json\n{"name": "add", "arguments": {"n": 1}\n```',  # unbalanced
+                '```json\n{"name": "add", "arguments": {"n": 1},}\n```',  # trailing comma
+                '```json\n{"name": "add", "arguments": ',  # a truncated step: the fence never closes
+                '```json\n{"name": "add", "arguments": [1]}\n```', 'Try {"name": 7, "arguments": {}}.',
+                '{"name": "add", "arguments": "n=1"}'):
+        step = parse_step(bad, "lenient")
+        assert step.calls == [] and len(step.errors) == 1, bad
+
+
+def test_lenient_format_never_evaluates_code(monkeypatch):
+    import builtins
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("code was evaluated")
+
+    monkeypatch.setattr(builtins, "eval", refuse)
+    monkeypatch.setattr(builtins, "exec", refuse)
+    code = '{"name": "add", "arguments": {"n": __import__("os").getpid() + 1}}'
+    fenced = parse_step(f"```json\n{code}\n```", "lenient")  # a call attempt that is not JSON: an error
+    assert fenced.calls == [] and len(fenced.errors) == 1
+    assert parse_step(f"Run {code} please", "lenient") == ParsedStep([], [])  # bare non-JSON: prose
+    assert parse_step("{'name': 'add', 'arguments': {'n': 1}}", "lenient") == ParsedStep([], [])  # a Python dict
+    assert parse_step(f"```python\n{code}\n```", "lenient") == ParsedStep([], [])
+
+
+def test_unknown_tool_call_format_is_refused():
+    with pytest.raises(ValueError, match="tool-call format 'loose'"):
+        parse_step(FENCED, "loose")
+    assert multiturn.TOOL_CALL_FORMATS == ("strict", "lenient")
+
+
+def test_lenient_episode_runs_a_fenced_call(tokenizer):
+    """The driver executes a fenced call only under the lenient format; under strict the step is a reply."""
+    fenced = '```json\n{"name": "add", "arguments": {"n": 3}}\n```'
+    for mode, count, replies in (("lenient", 3, 1), ("strict", 0, 2)):  # replies: the step(s) without a call
+        env = CounterEnv()
+        (traj,) = run_episodes(ScriptedBackend(tokenizer, [[fenced, TASK_COMPLETED]]), tokenizer, [("t", 0, env)],
+                               PARAMS, 0, 2, 10_000, tool_call_format=mode)
+        assert (env.count, env.replies, traj.behaviour.tool_calls) == (count, replies, int(mode == "lenient"))
+        assert traj.reward == float(mode == "lenient") and traj.behaviour.ended == "completed"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(["```", "```json\n", "```python\n", "\n", " ", "{", "}", '"name"',
+                                           '"arguments"', ":", ",", '"add"', "[", "]", "1", "<tool_call>",
+                                           "</tool_call>", "\\"]), st.text(max_size=6)), max_size=24).map("".join))
+def test_fuzz_lenient_parse_never_raises_and_returns_well_formed_calls(text):
+    step = parse_step(text, "lenient")
+    assert all(isinstance(c.name, str) and c.name and isinstance(c.arguments, dict) for c in step.calls)
+    if "<tool_call>" not in text:
+        assert parse_step(text, "strict") == ParsedStep([], [])
 
 
 def test_episode_is_token_in_token_out_with_masked_environment_tokens(tokenizer):
@@ -116,7 +219,7 @@ def test_episode_is_token_in_token_out_with_masked_environment_tokens(tokenizer)
     script = [_call("add", n=2), _call("add", n=1), "All done. " + TASK_COMPLETED]
     backend = ScriptedBackend(tokenizer, [script])
     (traj,) = run_episodes(backend, tokenizer, [("t0", 0, env)], PARAMS, seed=0, max_steps=10,
-                           max_context_tokens=10_000)
+                           max_context_tokens=10_000, tool_call_format="strict")
     assert traj.reward == 1.0 and env.closed and traj.behaviour.ended == "completed"
     assert traj.behaviour.steps == 3 and traj.behaviour.tool_calls == 2
     # every prompt the sampler saw is exactly the trajectory's tokens up to that turn
@@ -140,7 +243,8 @@ def test_errors_become_observations_and_episodes_end_on_caps(tokenizer):
               _call("add", n=1) + _call("add", n=1), "just talking", _call("get")]
     backend = ScriptedBackend(tokenizer, [script])
     env = CounterEnv()
-    (traj,) = run_episodes(backend, tokenizer, [("t0", 0, env)], PARAMS, 0, max_steps=7, max_context_tokens=10_000)
+    (traj,) = run_episodes(backend, tokenizer, [("t0", 0, env)], PARAMS, 0, max_steps=7, max_context_tokens=10_000,
+                           tool_call_format="strict")
     observations = [tokenizer.decode(turn.context_ids) for turn in traj.turns[1:]]
     assert "not valid JSON" in observations[0] and "unknown tool" in observations[1]
     assert "must be an integer" in observations[2] and "RuntimeError" in observations[3]
@@ -150,14 +254,15 @@ def test_errors_become_observations_and_episodes_end_on_caps(tokenizer):
 
     long_script = [_call("get")] * 50
     (short,) = run_episodes(ScriptedBackend(tokenizer, [long_script]), tokenizer, [("t", 0, CounterEnv())], PARAMS, 0,
-                            max_steps=50, max_context_tokens=400)
+                            max_steps=50, max_context_tokens=400, tool_call_format="strict")
     assert short.behaviour.ended == "context" and len(short.token_ids) + PARAMS.max_new_tokens <= 400 + 64
     assert short.behaviour.repeated_calls == short.behaviour.steps - 1
 
 
 def test_truncated_step_gets_an_end_of_turn_token(tokenizer):
     backend = ScriptedBackend(tokenizer, [[_call("get"), TASK_COMPLETED]], stop=False)
-    (traj,) = run_episodes(backend, tokenizer, [("t", 0, CounterEnv())], PARAMS, 0, 5, 10_000)
+    (traj,) = run_episodes(backend, tokenizer, [("t", 0, CounterEnv())], PARAMS, 0, 5, 10_000,
+                           tool_call_format="strict")
     assert traj.turns[1].context_ids[0] == tokenizer.eos_token_id and traj.stopped is False
 
 
@@ -167,12 +272,14 @@ def test_real_model_episodes_are_batched_and_train_with_grpo(tiny_model_dir, tok
     calls = []
     original = backend.generate
     backend.generate = lambda prompts, params, seed: calls.append(len(prompts)) or original(prompts, params, seed)
-    trajs = run_episodes(backend, tokenizer, [(f"t{i}", i, CounterEnv()) for i in range(4)], PARAMS, 0, 3, 4096)
+    trajs = run_episodes(backend, tokenizer, [(f"t{i}", i, CounterEnv()) for i in range(4)], PARAMS, 0, 3, 4096,
+                         tool_call_format="strict")
     assert calls[0] == 4 and len(calls) <= 3  # every active episode of a step in one call
     assert all(len(t.turns) == t.behaviour.steps for t in trajs)
     tasks = [Task(f"t{i}", CounterEnv().reset()[0], tuple(TOOLS)) for i in range(2)]
-    result = train(cfg, GRPO(cfg.grpo), tasks, multi_turn(lambda task: CounterEnv(), 2, 4096, 16), tiny_model_dir,
-                   tmp_path / "grpo")
+    result = train(cfg, GRPO(cfg.grpo), tasks,
+                   multi_turn(lambda task: CounterEnv(), 2, 4096, 16, tool_call_format=cfg.agentic.tool_call_format),
+                   tiny_model_dir, tmp_path / "grpo")
     (step,) = result["history"]
     assert {"steps", "tool_calls_per_step", "first_step_tokens", "repeated_calls"} <= set(step)
     assert step["steps"] <= 2
@@ -186,7 +293,7 @@ def test_behaviour_of_a_scripted_episode(tokenizer):
     script = [_call("add", n=1), _call("add", n=1), "<tool_call>oops</tool_call>", _call("get") + _call("add", n=5),
               "All done. " + TASK_COMPLETED]
     (traj,) = run_episodes(ScriptedBackend(tokenizer, [script]), tokenizer, [("t", 0, CounterEnv(target=2))], PARAMS,
-                           0, max_steps=10, max_context_tokens=10_000)
+                           0, max_steps=10, max_context_tokens=10_000, tool_call_format="strict")
     # add (count 1), the same add again (count 2, a repeat), a malformed block, get + add (only get runs), done
     assert traj.reward == 1.0
     assert {k: getattr(traj.behaviour, k) for k in (*BEHAVIOUR_KEYS, "tool_calls", "ended")} == {
@@ -201,7 +308,8 @@ def test_chatml_episode_tokens_are_the_recorded_ones(tokenizer, stop):
     a truncated one gets 2, and the tool turn is the template's text after <|im_end|>, tokenised on its own."""
     assert end_of_turn_id(tokenizer) == tokenizer.eos_token_id == 2
     backend = ScriptedBackend(tokenizer, [[_call("get"), TASK_COMPLETED]], stop=stop)
-    (traj,) = run_episodes(backend, tokenizer, [("t", 0, CounterEnv())], PARAMS, 0, 5, 10_000)
+    (traj,) = run_episodes(backend, tokenizer, [("t", 0, CounterEnv())], PARAMS, 0, 5, 10_000,
+                           tool_call_format="strict")
     messages, tools = CounterEnv().reset()
     assert traj.token_ids == (encode_prompt(tokenizer, messages, tools) + _ids(tokenizer, _call("get")) + [2]
                               + _ids(tokenizer, '\n<|im_start|>tool\n{"count": 0}<|im_end|>\n<|im_start|>assistant\n')
@@ -226,7 +334,7 @@ def test_end_of_turn_comes_from_the_template_not_from_eos(tiny_model_dir, stop_i
     tok.chat_template = ENDOFTEXT_TEMPLATE
     assert end_of_turn_id(tok) == 0 and tok.eos_token_id == 2
     backend = ScriptedBackend(tok, [[_call("get"), TASK_COMPLETED]], stop=stop_id is not None, stop_id=stop_id)
-    (traj,) = run_episodes(backend, tok, [("t", 0, CounterEnv())], PARAMS, 0, 5, 10_000)
+    (traj,) = run_episodes(backend, tok, [("t", 0, CounterEnv())], PARAMS, 0, 5, 10_000, tool_call_format="strict")
     assert traj.turns[1].context_ids == closing + _ids(
         tok, '\n<|im_start|>tool\n{"count": 0}<|endoftext|>\n<|im_start|>assistant\n')
 
@@ -235,7 +343,7 @@ def test_seeds_stay_in_range_for_huge_seeds_and_unchanged_for_small_ones(tokeniz
     seeds = {}
     for seed in (7, 2**64 - 1):
         backend = ScriptedBackend(tokenizer, [[_call("get"), _call("get")]])
-        run_episodes(backend, tokenizer, [("t", 0, CounterEnv())], PARAMS, seed, 2, 10_000)
+        run_episodes(backend, tokenizer, [("t", 0, CounterEnv())], PARAMS, seed, 2, 10_000, tool_call_format="strict")
         seeds[seed] = backend.seeds
     assert seeds[7] == [7 * 1_000_033, 7 * 1_000_033 + 1]
     for s in seeds[2**64 - 1]:
@@ -281,7 +389,8 @@ def test_every_environment_is_closed_exactly_once(tokenizer, monkeypatch, where)
     if where == "continuation":
         monkeypatch.setattr(multiturn, "continuation_ids", _fail)
     backend = FailingBackend() if where == "generate" else ScriptedBackend(tokenizer, [[_call("get")]] * 3)
-    collect = multi_turn(make_env, max_steps=1, max_context_tokens=10_000, max_step_tokens=16)
+    collect = multi_turn(make_env, max_steps=1, max_context_tokens=10_000, max_step_tokens=16,
+                         tool_call_format="strict")
     tasks = [Task(f"t{i}", []) for i in range(3)]
     if where == "nowhere":
         assert len(collect(backend, tokenizer, tasks, PARAMS, 0, 1)) == 3
@@ -296,7 +405,7 @@ def test_an_episode_without_room_for_a_step_is_its_prompt_alone(tokenizer):
     prompt = encode_prompt(tokenizer, messages, tools)
     env = CounterEnv()
     (traj,) = run_episodes(ScriptedBackend(tokenizer, []), tokenizer, [("t", 0, env)], PARAMS, 0, 3,
-                           len(prompt) + PARAMS.max_new_tokens - 1)
+                           len(prompt) + PARAMS.max_new_tokens - 1, tool_call_format="strict")
     assert env.closed and traj.behaviour.ended == "context" and traj.behaviour.steps == 0
     assert traj.behaviour.first_step_tokens == 0 and traj.behaviour.tool_calls_per_step == 0
     assert traj.turns == [Turn(prompt, [], [])] and traj.num_action_tokens == 0
@@ -309,8 +418,8 @@ def test_a_step_must_fit_the_context_budget():
     for name in PROFILES_NAMES:
         cfg = resolve({"profile": name})
         assert cfg.agentic.max_step_tokens < cfg.agentic.max_context_tokens
-    # judged after the profile: the cpu profile's 64-token steps fit a smaller context the user sets
-    assert resolve({"profile": "cpu", "agentic": {"max_context_tokens": 4096}}).agentic.max_step_tokens == 64
+    # judged after the profile: the cpu profile's 128-token steps fit a smaller context the user sets
+    assert resolve({"profile": "cpu", "agentic": {"max_context_tokens": 4096}}).agentic.max_step_tokens == 128
     with pytest.raises(ConfigError) as err:
         resolve({"profile": "smoke", "agentic": {"max_step_tokens": 9000}})
     assert str(err.value).startswith("agentic.max_step_tokens: must be < agentic.max_context_tokens (8192)")
@@ -342,7 +451,7 @@ def test_self_distillation_methods_train_on_episodes(name, tiny_model_dir, tmp_p
         method = (sdft.SDFT if name == "sdft" else opsd.OPSD)(cfg, tmp_path / POOL_FILE)
     rewards = itertools.cycle([1.0, 0.0])  # Skill-SD's group gets nonzero advantages, so it trains
     collect = multi_turn(lambda task: FixedRewardEnv(next(rewards)), max_steps=2, max_context_tokens=2048,
-                         max_step_tokens=4)
+                         max_step_tokens=4, tool_call_format="strict")
     (step,) = train(cfg, method, tasks, collect, tiny_model_dir, tmp_path / name)["history"]
     assert step["steps"] == 2 and step["trained_fraction"] == 1 and math.isfinite(step["loss"])
     if name == "skill_sd":  # no skill exists before the first step's summaries
@@ -375,7 +484,7 @@ def test_fuzz_rollouts_never_crash(tokenizer, outputs):
     template: every episode ends with a reward in [0, 1] and a consistent action mask."""
     env = CounterEnv()
     backend = ScriptedBackend(tokenizer, [outputs])
-    (traj,) = run_episodes(backend, tokenizer, [("t", 0, env)], PARAMS, 0, 3, 10_000)
+    (traj,) = run_episodes(backend, tokenizer, [("t", 0, env)], PARAMS, 0, 3, 10_000, tool_call_format="strict")
     assert 0.0 <= traj.reward <= 1.0 and env.closed
     batch = collate([traj], tokenizer.pad_token_id)
     scripted = [i for o in outputs[:traj.behaviour.steps]

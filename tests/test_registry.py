@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evaluation.tables import code_table
+from evaluation.tables import Scores, code_table
 from lopd.core import registry
 from lopd.core.config import REPO_ROOT, ConfigError, MethodConfig, build_config, compose
 from lopd.core.loop import train
@@ -60,7 +60,7 @@ def test_the_registry_alone_adds_a_method(toy, tiny_model_dir, tmp_path):
     result = train(cfg, method, [Task("t0", [{"role": "user", "content": "Count to three."}])],
                    single_turn(lambda tasks, completions: [0.0] * len(completions)), tiny_model_dir, tmp_path / "toy")
     assert len(result["history"]) == 1 and "toy_logp" in result["history"][0]
-    table = code_table({"toy": {"humaneval_plus": {"pass@1_plus": 5.0, "n_tasks": 4}}}, cfg.methods)
+    table = code_table({"toy": {"humaneval_plus": Scores({"HumanEval/0": 0.05})}}, cfg.methods)
     assert [label for label, _ in table.rows][-1] == "Toy"
     with pytest.raises(ConfigError, match="toy.weight: expected a number"):
         build_config({**toy, "toy": {"steps": 1, "weight": "heavy"}})

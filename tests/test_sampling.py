@@ -85,3 +85,61 @@ def test_long_prefill_attention_matches_the_grouped_path():
     short = torch.cat([grouped_attention(None, query[:, :, i:i + 512], key, value, mask[:, :, i:i + 512], dim ** -0.5)[0]
                        for i in range(0, length, 512)], dim=1)
     assert torch.allclose(long, short, atol=1e-5)
+
+
+def _greedy(max_new_tokens: int, stop: tuple[str, ...] = ()) -> SamplingParams:
+    return SamplingParams(temperature=0.7, top_p=1.0, top_k=1, max_new_tokens=max_new_tokens, stop=stop)
+
+
+def straddling_stop(tokenizer, token_ids: list[int]) -> tuple[str, int]:
+    """(a stop string, k) such that the stop string first appears in the decoded text when token k is added and
+    starts inside token k - 1: its last character(s) of k - 1 and first one(s) of token k."""
+    for k in range(2, len(token_ids)):
+        before, after = (tokenizer.decode(token_ids[:i], skip_special_tokens=True) for i in (k, k + 1))
+        if len(before) >= 2 and after.startswith(before) and len(after) > len(before):
+            stop = after[len(before) - 2:len(before) + 1]
+            if stop not in before:
+                return stop, k
+    raise AssertionError("no token boundary to straddle in the sample")
+
+
+@pytest.fixture(scope="module")
+def peaked_model(tiny_model_dir):
+    """tiny-random with a wider init (std 0.2): its greedy text is varied words, not tiny-random's newlines."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    torch.manual_seed(0)
+    config = LlamaConfig.from_pretrained(tiny_model_dir, initializer_range=0.2)
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+
+
+def test_stop_string_straddling_tokens_stops_the_row_and_others_continue(peaked_model, tokenizer):
+    """A stop string split across two tokens ends its row at the token completing it (kept, `stopped`); greedy rows
+    without it are exactly what they are without stop strings."""
+    prompts = _prompts(tokenizer)
+    backend = HFBackend(peaked_model, stop_ids=[tokenizer.eos_token_id], pad_id=tokenizer.pad_token_id,
+                        tokenizer=tokenizer)
+    free = backend.generate(prompts, _greedy(24), seed=0)
+    stop, k = straddling_stop(tokenizer, free[0].token_ids)
+    assert stop.strip()  # a real straddle: the stop string is not one of tiny-random's runs of newlines
+    cut = backend.generate(prompts, _greedy(24, (stop,)), seed=0)
+    assert cut[0].token_ids == free[0].token_ids[:k + 1] and cut[0].stopped
+    assert cut[0].logprobs == free[0].logprobs[:k + 1]
+    assert all(stop not in tokenizer.decode(b.token_ids) for b in free[1:])
+    assert cut[1:] == free[1:]
+
+
+class _NoDecode:
+    def batch_decode(self, *args, **kwargs):
+        raise AssertionError("decoded without stop strings")
+
+
+def test_no_stop_strings_decode_nothing_and_sample_as_before(tiny_model, tokenizer):
+    params = SamplingParams(max_new_tokens=10)
+    plain = HFBackend(tiny_model, stop_ids=[tokenizer.eos_token_id], pad_id=tokenizer.pad_token_id)
+    with_tokenizer = HFBackend(tiny_model, stop_ids=[tokenizer.eos_token_id], pad_id=tokenizer.pad_token_id,
+                               tokenizer=_NoDecode())
+    assert plain.generate(_prompts(tokenizer), params, seed=4) == with_tokenizer.generate(_prompts(tokenizer), params,
+                                                                                          seed=4)
+    with pytest.raises(ValueError, match="stop strings need the tokenizer"):
+        plain.generate(_prompts(tokenizer), _greedy(4, ("x",)), seed=0)

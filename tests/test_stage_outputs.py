@@ -31,11 +31,15 @@ def test_train_summary_reads_the_history():
                 "privilege_margin": -0.1},
                {"step": 2, "reward": 0.75, "cumulative_rollouts": 16, "kl_mean": 0.25, "beta_next": 0.02,
                 "privilege_margin": 0.2}]
-    assert train_summary(history) == {"reward_final": 0.75, "reward_mean": 0.5, "rollouts": 16, "kl_final": 0.25,
-                                      "delta_final": 0.2, "beta_final": 0.02}
-    assert train_summary([{"step": 1, "reward": 1.0, "cumulative_rollouts": 4}]) == {
+    assert train_summary(history, []) == {"reward_final": 0.75, "reward_mean": 0.5, "rollouts": 16, "kl_final": 0.25,
+                                          "delta_final": 0.2, "beta_final": 0.02}
+    validation = [{"val_reward": 0.25, "val_n": 4}, {"val_reward": 0.5, "val_n": 4}]
+    assert train_summary(history, validation) == {
+        "reward_final": 0.75, "reward_mean": 0.5, "rollouts": 16, "val_reward_initial": 0.25, "val_reward_final": 0.5,
+        "val_n": 4, "kl_final": 0.25, "delta_final": 0.2, "beta_final": 0.02}
+    assert train_summary([{"step": 1, "reward": 1.0, "cumulative_rollouts": 4}], []) == {
         "reward_final": 1.0, "reward_mean": 1.0, "rollouts": 4}  # GRPO: no KL, Δ or β
-    assert train_summary([]) == {"rollouts": 0}  # vanilla trains nothing
+    assert train_summary([], []) == {"rollouts": 0}  # vanilla trains nothing
 
 
 def test_training_curves_draw_the_panels_the_histories_have(tmp_path):

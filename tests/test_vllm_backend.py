@@ -4,6 +4,7 @@ and backend selection. Two module-scoped engines (float32 and bfloat16) are buil
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -19,6 +20,7 @@ from lopd.core.config import ConfigError, resolve  # noqa: E402
 from lopd.core.models import load_model  # noqa: E402
 from lopd.core.sampling import ROLLOUT_ATTENTION, HFBackend, SamplingParams  # noqa: E402
 from lopd.core.vllm_backend import CPU_HEAD_SIZES, VLLMBackend  # noqa: E402
+from test_sampling import straddling_stop  # noqa: E402
 
 TEXTS = ["Write a function that reverses a string.", "Hi", "Sum the numbers from one to ten, please, in Python.",
          "What is the capital of France? Answer in one word."]
@@ -83,6 +85,25 @@ def test_greedy_equals_hf_backend_token_for_token(engine, model_dir, tokenizer, 
     for a, b in zip(ours, ref):
         assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4)
         assert max(a.logprobs) < -0.1  # full-vocabulary log-probs, not log(1) of a renormalised top-1
+
+
+def test_stop_string_ends_rows_at_the_same_token_as_hf_backend(engine, model_dir, tokenizer, prompts):
+    """A stop string straddling two tokens of the first prompt's greedy output: both backends end that row at the
+    token completing it and keep it, and leave the other rows as they are without stop strings."""
+    greedy = SamplingParams(temperature=0.7, top_p=1.0, top_k=1, max_new_tokens=24)
+    hf = HFBackend(load_model(model_dir, "float32", attn_implementation=ROLLOUT_ATTENTION),
+                   stop_ids=engine.stop_ids, pad_id=tokenizer.pad_token_id, tokenizer=tokenizer)
+    free = hf.generate(prompts, greedy, seed=1)
+    stop, k = straddling_stop(tokenizer, free[0].token_ids)
+    with_stop = dataclasses.replace(greedy, stop=(stop,))
+    ours, ref = engine.generate(prompts, with_stop, seed=0), hf.generate(prompts, with_stop, seed=1)
+    assert [c.token_ids for c in ours] == [c.token_ids for c in ref]
+    assert [c.stopped for c in ours] == [c.stopped for c in ref]
+    assert ours[0].token_ids == free[0].token_ids[:k + 1] and ours[0].stopped and k + 1 < len(free[0].token_ids)
+    text = tokenizer.decode(ours[0].token_ids, skip_special_tokens=True)
+    assert stop in text and stop not in tokenizer.decode(ours[0].token_ids[:-1], skip_special_tokens=True)
+    assert [c.token_ids for c in ours[1:]] == [c.token_ids for c in free[1:] if stop not in tokenizer.decode(
+        c.token_ids, skip_special_tokens=True)]
 
 
 @pytest.mark.parametrize("dtype, atol", [

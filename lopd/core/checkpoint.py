@@ -6,8 +6,8 @@ Layout of a method's checkpoint folder (e.g. checkpoints/grpo/):
                               relative to this folder ("step-000006/model"), or "base" for vanilla
     step-000006/model/        plain save_pretrained folder (weights + tokenizer) after step 6
     step-000006/trainer_state.pt
-                              step, AdamW state, metric history, fingerprint, method state, and the size of every
-                              model file (the completion check)
+                              step, AdamW state, metric and validation histories, fingerprint, method state, and
+                              the size of every model file (the completion check)
     step-000005/              the previous checkpoint, kept while training as a fallback (dropped once the run ends)
 
 A save writes step N into a fresh `.tmp-*` folder, fsyncs it, renames it to `step-00000N/` and only then commits by
@@ -132,7 +132,7 @@ def step_name(step: int) -> str:
     return f"step-{step:06d}"
 
 
-def save(out_dir: str | Path, model, tokenizer, optimizer, step: int, history: list[dict],
+def save(out_dir: str | Path, model, tokenizer, optimizer, step: int, history: list[dict], validation: list[dict],
          fingerprint: dict[str, str], method: Method, state_dict: dict[str, torch.Tensor] | None = None,
          optimizer_state: dict[str, Any] | None = None) -> Path:
     """Save step `step` crash-safely (see the module docstring) and return its folder. `state_dict` and
@@ -151,7 +151,8 @@ def save(out_dir: str | Path, model, tokenizer, optimizer, step: int, history: l
     _crash_point("model_written")
     files = {p.relative_to(tmp).as_posix(): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
     optimizer_state = optimizer.state_dict() if optimizer_state is None else optimizer_state
-    torch.save({"step": step, "optimizer": optimizer_state, "history": history, "fingerprint": fingerprint,
+    torch.save({"step": step, "optimizer": optimizer_state, "history": history, "validation": validation,
+                "fingerprint": fingerprint,
                 "method": method.state_dict(), "files": files}, tmp / TRAINER_STATE)
     _crash_point("state_written")
     for path in [*tmp.rglob("*"), tmp]:

@@ -141,6 +141,9 @@ class TrainConfig:
     ddp (every process holds all weights and AdamW state; gradients all-reduced) | fsdp2 (torch's `fully_shard` per
     decoder layer and the root: weights, gradients and AdamW state sharded over processes, float32 master weights
     with the same bf16 autocast as ddp). Checkpoints hold full weights and optimizer state either way."""
+    val_every: int = 4
+    """With validation tasks (`data.validation_tasks`): the greedy reward on them before the first step, after every
+    this many steps and after the last, so a learning curve is not batch noise."""
     tis_cap: float | None = None
     """Truncated importance sampling (Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL
     Training"): None = off; a number C >= 1 weights each action token's loss term by the detached
@@ -157,6 +160,7 @@ class TrainConfig:
         _check(self.micro_batch_size >= 1, "train.micro_batch_size: must be >= 1")
         _check(self.loss_chunk_size >= 1, "train.loss_chunk_size: must be >= 1")
         _check(self.save_every >= 1, "train.save_every: must be >= 1")
+        _check(self.val_every >= 1, "train.val_every: must be >= 1")
         _check(self.tis_cap is None or self.tis_cap >= 1, "train.tis_cap: must be >= 1 or null")
         _check(self.sharding in ("ddp", "fsdp2"), f"train.sharding: {self.sharding!r} is not ddp or fsdp2")
 
@@ -435,6 +439,10 @@ class AgenticConfig:
     """Tokens sampled per policy step."""
     max_context_tokens: int = 40960
     """Episode budget: an episode ends when its context would exceed this (paper: 40,960)."""
+    tool_call_format: str = "strict"
+    """What a policy step's tool call may look like (`lopd.core.multiturn.parse_step`): strict = only
+    `<tool_call>{...}</tool_call>` blocks (the paper); lenient = those first, else a call object in a ```json /
+    ``` fence, else a bare call object in the text (for models such as Qwen2.5-Coder-0.5B that answer in fences)."""
     task_limit: int | None = None
     """Evaluate only the first N tasks of each agentic benchmark (null: all, the paper protocol)."""
     bank_success_threshold: float = 0.8
@@ -468,6 +476,8 @@ class AgenticConfig:
                "agentic.rollouts_per_step: must be >= 1 or null")
         for name in ("max_steps", "acebench_max_steps", "max_step_tokens", "max_context_tokens", "user_max_tokens"):
             _check(getattr(self, name) >= 1, f"agentic.{name}: must be >= 1")
+        _check(self.tool_call_format in ("strict", "lenient"),
+               f"agentic.tool_call_format: {self.tool_call_format!r} is not strict or lenient")
         _check(self.task_limit is None or self.task_limit >= 1, "agentic.task_limit: must be >= 1 or null")
         _check(0 <= self.bank_success_threshold <= 1, "agentic.bank_success_threshold: must be in [0, 1]")
         for name in ("bank_samples_per_task", "bank_task_limit"):
@@ -481,6 +491,13 @@ class DataConfig:
     (`params_root`), also in a queued experiment."""
     taco_path: str | None = None
     """A TACO/DeepCoder JSON(L) file for training; None uses the built-in training set."""
+    validation_tasks: int = 0
+    """Coding tasks held out of the training set for the validation reward (`train.val_every`): fixed by task id
+    (`lopd.core.rollout.hold_out`), never trained on, never in the bank or the pool; 0 = none (the paper trains on
+    the whole set)."""
+
+    def __post_init__(self) -> None:
+        _check(self.validation_tasks >= 0, "data.validation_tasks: must be >= 0")
 
     def shared_path(self, *parts: str) -> Path:
         return resolve_path(self.shared_dir).joinpath(*parts)

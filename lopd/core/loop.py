@@ -36,7 +36,8 @@ from lopd.core.distributed import (check_split, full_optimizer_state, full_state
 from lopd.core.losses import chunked_entropy
 from lopd.core.methods import Method, MethodContext, PolicyOutputs
 from lopd.core.models import load_model, load_tokenizer
-from lopd.core.rollout import Rollouts, Task, make_backend, sampling_params, step_seed
+from lopd.core.progress import progress, write
+from lopd.core.rollout import Rollouts, Task, greedy_params, make_backend, sampling_params, step_seed
 from lopd.core.tracking import Tracker
 from lopd.core.trajectory import BEHAVIOUR_KEYS, Trajectory, collate
 
@@ -82,6 +83,20 @@ def reward_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     return {"reward": sum(t.reward for t in trajectories) / len(trajectories),
             "reward_std": rewards_R.std().item() if len(trajectories) > 1 else 0.0,
             "frac_reward_zero_std": torch.isclose(std_G, torch.zeros_like(std_G)).double().mean().item()}
+
+
+def validate(backend, tokenizer, collect: Rollouts, tasks: Sequence[Task], max_new_tokens: int, seed: int,
+             accelerator: Accelerator) -> dict[str, float]:
+    """The policy's greedy reward on the held-out validation tasks (each process plays its share), so a learning
+    curve is not the noise of each step's sampled batch; `val_rewards` holds each task's reward (in the order of the
+    processes' shares), for paired comparisons between validation points."""
+    rank, world = accelerator.process_index, accelerator.num_processes
+    share = list(tasks)[rank::world]
+    rewards = [t.reward for t in collect(backend, tokenizer, share, greedy_params(max_new_tokens), seed, 1)] if share else []
+    if world > 1:
+        rewards = [r for part in gather_object([rewards]) for r in part]
+    return {"val_reward": sum(rewards) / len(rewards), "val_success_rate": sum(r >= 1.0 for r in rewards) / len(rewards),
+            "val_n": len(rewards), "val_rewards": rewards}
 
 
 def update(model, optimizer, accelerator: Accelerator, method: Method, trajectories: list[Trajectory],
@@ -136,8 +151,9 @@ def update(model, optimizer, accelerator: Accelerator, method: Method, trajector
 
 def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts, base_dir: str | Path,
           out_dir: str | Path, tracker: Tracker | None = None,
-          stage_modules: Sequence[str] = (checkpoint.STAGE_MODULE,)) -> dict:
-    """Run (or resume) the on-policy loop; returns {"history": [per-step metrics]} (a resumed run's includes the
+          stage_modules: Sequence[str] = (checkpoint.STAGE_MODULE,), validation: Sequence[Task] = ()) -> dict:
+    """Run (or resume) the on-policy loop; returns {"history": [per-step metrics], "validation": [greedy reward on
+    the `validation` tasks at step 0, every train.val_every steps and the last step]} (a resumed run's include the
     steps before the resume).
     `stage_modules` are the modules the calling stage runs (pipelines.common.stage_modules): with the method's
     module, their import closure is the code a checkpoint must match to be resumed."""
@@ -145,13 +161,13 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
     out_dir.mkdir(parents=True, exist_ok=True)
     if not method.trains:
         checkpoint.write_manifest(out_dir, method.name, 0, weights="base")
-        return {"history": []}
+        return {"history": [], "validation": []}
 
     accelerator = Accelerator(cpu=device().type == "cpu", mixed_precision=cfg.train.mixed_precision)
     tasks_per_step = cfg.train.rollouts_per_step // method.rollouts_per_task
     check_split(tasks_per_step, accelerator.num_processes)
     tokenizer = load_tokenizer(base_dir)
-    start_step, history = 0, []
+    start_step, history, validated = 0, [], []
     steps = method.steps(cfg)
     fingerprint = checkpoint.fingerprint(cfg, method, base_dir, stage_modules)
     resumed = checkpoint.load(out_dir)
@@ -178,7 +194,7 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
         else:
             optimizer.load_state_dict(resumed.state["optimizer"])  # AdamW moves its state to its parameters' device
         method.load_state_dict(resumed.state["method"])
-        start_step, history = resumed.step, resumed.state["history"]
+        start_step, history, validated = resumed.step, resumed.state["history"], resumed.state["validation"]
         print(f"resuming {method.name} from step {start_step}")
     if sharded:  # no DDP wrapper: accelerate only adds its autocast to the forward (what evaluation_mode does)
         model = accelerator.prepare_model(model, evaluation_mode=True)
@@ -189,8 +205,23 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
 
     params = sampling_params(cfg, cfg.sampling.max_new_tokens)
     rank, world = accelerator.process_index, accelerator.num_processes
-    accelerator.print(f"[{method.name}] training on {device()} x {world} process(es), rollouts by "
-                      f"{type(backend).__name__}", flush=True)
+    log = write if accelerator.is_main_process else lambda line: None
+    log(f"[{method.name}] training on {device()} x {world} process(es), rollouts by {type(backend).__name__}")
+
+    def run_validation(step: int) -> None:
+        record = {"step": step, "cumulative_rollouts": step * cfg.train.rollouts_per_step,
+                  **validate(backend, tokenizer, collect, validation, cfg.sampling.max_new_tokens,
+                             step_seed(cfg.seed, step, rank), accelerator)}
+        validated.append(record)
+        if tracker:
+            tracker.log_metrics({k: v for k, v in record.items() if k.startswith("val_") and k != "val_rewards"},
+                                step=step)
+        log(f"[{method.name}] validation after step {step}: reward {record['val_reward']:.3f} over "
+            f"{record['val_n']} held-out tasks")
+
+    if validation and start_step == 0:
+        run_validation(0)
+    bar = progress(desc=f"train {method.name}", total=steps, initial=start_step, unit="step")
     for step in range(start_step, steps):
         t0 = time.perf_counter()
         sampler_s = backend.stats["sampling_s"]
@@ -233,28 +264,32 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
         history.append({"step": step + 1, **metrics})
         if tracker:
             tracker.log_metrics(metrics, step=step + 1)
-        accelerator.print(f"[{method.name}] step {step + 1}/{steps} reward {metrics['reward']:.3f} "
-                          f"loss {metrics['loss']:.4f} ({t2 - t0:.1f}s)", flush=True)
+        bar.update(1)
+        log(f"[{method.name}] step {step + 1}/{steps} reward {metrics['reward']:.3f} loss {metrics['loss']:.4f} "
+            f"({t2 - t0:.1f}s)")
+        if validation and ((step + 1) % cfg.train.val_every == 0 or step + 1 == steps):
+            run_validation(step + 1)
         if (step + 1) % cfg.train.save_every == 0 or step + 1 == steps:
-            save(accelerator, out_dir, model, tokenizer, optimizer, step + 1, history, fingerprint, method)
+            save(accelerator, out_dir, model, tokenizer, optimizer, step + 1, history, validated, fingerprint, method)
+    bar.close()
     if start_step == steps:  # nothing trained in this call: (re)commit what the run stands for
         if resumed and accelerator.is_main_process:  # it may have been a fallback from a broken manifest
             checkpoint.write_manifest(out_dir, method.name, steps, weights=resumed.weights)
         elif not resumed:
-            save(accelerator, out_dir, model, tokenizer, optimizer, 0, history, fingerprint, method)
+            save(accelerator, out_dir, model, tokenizer, optimizer, 0, history, validated, fingerprint, method)
     if accelerator.is_main_process:
         checkpoint.prune(out_dir, keep=1)  # the run is done: the fallback folder is no longer needed
     accelerator.wait_for_everyone()
-    return {"history": history}
+    return {"history": history, "validation": validated}
 
 
 def save(accelerator: Accelerator, out_dir: Path, model, tokenizer, optimizer, step: int, history: list[dict],
-         fingerprint: dict[str, str], method: Method) -> None:
+         validation: list[dict], fingerprint: dict[str, str], method: Method) -> None:
     """Gather the full weights on every process and a sharded optimizer state on the main one (collective), then the
     main process writes the checkpoint."""
     weights = full_state_dict(model)
     optimizer_state = full_optimizer_state(model, optimizer) if isinstance(unwrap(model), FSDPModule) else None
     if accelerator.is_main_process:
-        checkpoint.save(out_dir, unwrap(model), tokenizer, optimizer, step, history, fingerprint, method, weights,
-                        optimizer_state)
+        checkpoint.save(out_dir, unwrap(model), tokenizer, optimizer, step, history, validation, fingerprint, method,
+                        weights, optimizer_state)
     accelerator.wait_for_everyone()

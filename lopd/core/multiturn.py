@@ -1,7 +1,8 @@
 """Multi-turn tool use: the environment protocol, the tool-call parser and the batched episode driver.
 
 An episode alternates policy turns and environment turns. The policy writes one step; if it contains a
-`<tool_call>{"name": ..., "arguments": {...}}</tool_call>` block (parsed as JSON, never evaluated) the
+`<tool_call>{"name": ..., "arguments": {...}}</tool_call>` block (parsed as JSON, never evaluated; in the
+`lenient` tool-call format also a call object in a ```json fence or bare in the text, see `parse_step`) the
 environment executes it and its result comes back as a tool message; a step without a call is a reply,
 which the environment answers with more messages (the next user turn) or by ending the episode.
 
@@ -20,6 +21,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from transformers import PreTrainedTokenizerBase
 
+from lopd.core.progress import progress
 from lopd.core.rollout import Rollouts, Task, encode_prompt
 from lopd.core.sampling import RolloutBackend, SamplingParams
 from lopd.core.trajectory import EpisodeBehaviour, Trajectory, Turn
@@ -83,39 +85,130 @@ class ParsedStep:
     calls: list[ToolCall]
     """Well-formed calls, in order (the driver executes the first: one call per step)."""
     errors: list[str]
-    """One message per malformed `<tool_call>` block."""
+    """One message per malformed call attempt (a `<tool_call>` block; in lenient mode also a fenced one)."""
 
+
+TOOL_CALL_FORMATS = ("strict", "lenient")
+"""`agentic.tool_call_format`: what `parse_step` reads as a tool call."""
 
 _BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
+_FENCE = re.compile(r"```[ \t]*([A-Za-z][\w+.-]*)?[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL)
+"""A Markdown code fence, its language tag (if any) and body; an unclosed fence runs to the end (a truncated step)."""
+_OBJECT_START = re.compile(r'\{\s*"')
+"""Where a bare call object may start: `{` then a key (prunes the braces of prose and code)."""
+_MAX_BARE_MISSES = 100
+"""Bare candidates that fail to decode tried per step, at most: a degenerate, repeating step (`{"a": [{"a": [...`)
+would otherwise cost a decode to its end from every `{` (quadratic); no real step holds that many."""
 
 
-def parse_step(text: str) -> ParsedStep:
-    """Parse the `<tool_call>` blocks of one step (pure; never raises, never evaluates code).
+def _check_format(mode: str) -> None:
+    """A bad format is a caller's bug (the config validates `agentic.tool_call_format`): raise at once."""
+    if mode not in TOOL_CALL_FORMATS:
+        raise ValueError(f"tool-call format {mode!r} is not one of {', '.join(TOOL_CALL_FORMATS)}")
 
-    A block must hold one JSON object with a string `name` and an object `arguments` (a JSON string
-    holding an object is accepted too, as some chat templates serialise arguments that way).
-    """
-    calls, errors = [], []
-    for match in _BLOCK.finditer(text):
-        body = match.group(1).strip()
+
+def _call_from(obj: Any) -> ToolCall | str:
+    """The call an object describes, or why it is not one: a string `name` and an object `arguments` (a JSON
+    string holding an object is accepted too, as some chat templates serialise arguments that way)."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
+        return 'tool call must be a JSON object with a string "name"'
+    arguments = obj.get("arguments", {})
+    if isinstance(arguments, str):
         try:
-            obj = json.loads(body)
+            arguments = json.loads(arguments)
+        except (ValueError, RecursionError):
+            pass
+    if not isinstance(arguments, dict):
+        return f'tool call {obj["name"]!r}: "arguments" must be a JSON object'
+    return ToolCall(obj["name"], arguments)
+
+
+def _add(found: ToolCall | str, calls: list[ToolCall], errors: list[str]) -> None:
+    (calls if isinstance(found, ToolCall) else errors).append(found)
+
+
+def _tagged_calls(text: str) -> tuple[list[ToolCall], list[str]]:
+    calls: list[ToolCall] = []
+    errors: list[str] = []
+    for match in _BLOCK.finditer(text):
+        try:
+            obj = json.loads(match.group(1).strip())
         except (ValueError, RecursionError) as err:
             errors.append(f"tool call is not valid JSON ({type(err).__name__}: {str(err)[:120]})")
             continue
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
-            errors.append('tool call must be a JSON object with a string "name"')
+        _add(_call_from(obj), calls, errors)
+    return calls, errors
+
+
+def _is_call_shaped(obj: Any) -> bool:
+    """A fenced or bare JSON value that claims to be a call: an object with both "name" and "arguments". Any
+    other JSON (the model showing data, e.g. {"name": "Alice", "balance": 5}) is not a call and not an error."""
+    return isinstance(obj, dict) and "name" in obj and "arguments" in obj
+
+
+def _fenced_calls(text: str) -> tuple[list[ToolCall], list[str]]:
+    calls: list[ToolCall] = []
+    errors: list[str] = []
+    for match in _FENCE.finditer(text):
+        language, body = (match.group(1) or "").lower(), match.group(2).strip()
+        if language not in ("", "json") or not body:
+            continue  # another language's code is never read as a call
+        try:
+            obj = json.loads(body)
+        except (ValueError, RecursionError) as err:
+            if '"name"' in body:  # a call attempt that is not JSON; anything else is the model showing text
+                errors.append(f"fenced tool call is not valid JSON ({type(err).__name__}: {str(err)[:120]})")
             continue
-        arguments = obj.get("arguments", {})
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments)
-            except (ValueError, RecursionError):
-                pass
-        if not isinstance(arguments, dict):
-            errors.append(f'tool call {obj["name"]!r}: "arguments" must be a JSON object')
+        if _is_call_shaped(obj):
+            _add(_call_from(obj), calls, errors)
+    return calls, errors
+
+
+def _bare_calls(text: str) -> tuple[list[ToolCall], list[str]]:
+    """Call-shaped JSON objects in the prose outside any code fence. Each candidate is decoded with
+    `json.JSONDecoder().raw_decode` from a `{`, so nesting is balanced by the JSON grammar, not a regex; after an
+    object the scan goes on past its end. Text that does not decode is prose, never an error; after
+    `_MAX_BARE_MISSES` such candidates the scan stops."""
+    prose = _FENCE.sub(" ", text)
+    decoder = json.JSONDecoder()
+    calls: list[ToolCall] = []
+    errors: list[str] = []
+    pos = misses = 0
+    while misses < _MAX_BARE_MISSES and (match := _OBJECT_START.search(prose, pos)) is not None:
+        try:
+            obj, end = decoder.raw_decode(prose, match.start())
+        except (ValueError, RecursionError):
+            pos, misses = match.start() + 1, misses + 1
             continue
-        calls.append(ToolCall(obj["name"], arguments))
+        if _is_call_shaped(obj):
+            _add(_call_from(obj), calls, errors)
+        pos = end
+    return calls, errors
+
+
+def parse_step(text: str, mode: str) -> ParsedStep:
+    """The tool calls of one policy step (pure; never raises on any text and never evaluates code: everything is
+    read with `json`).
+
+    `mode` is `agentic.tool_call_format`:
+    - `strict`: only `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks. Each block must hold one
+      JSON object with a string `name` and an object `arguments` (or a JSON string holding an object); a block
+      that does not is a malformed call (an error).
+    - `lenient`: the first of these that finds any call or error, in order:
+      1. `<tool_call>` blocks, as in strict (so a step with tags is read exactly as in strict);
+      2. ```json and plain ``` fenced blocks, each holding one JSON value: an object with "name" and
+         "arguments" is a call (checked as above); other valid JSON is the model showing data and is skipped;
+         a body that is not valid JSON is a malformed call only if it contains `"name"` (a call attempt);
+         fences in other languages (```python ...) are never read;
+      3. bare JSON objects in the text outside code fences with "name" and "arguments" (other JSON and text
+         that does not decode are skipped, never errors).
+    """
+    _check_format(mode)
+    calls, errors = _tagged_calls(text)
+    if mode == "lenient" and not calls and not errors:
+        calls, errors = _fenced_calls(text)
+        if not calls and not errors:
+            calls, errors = _bare_calls(text)
     return ParsedStep(calls, errors)
 
 
@@ -168,9 +261,10 @@ def observation_lite(actions: Sequence[tuple[ToolCall, str]], observation_chars:
 
 
 def multi_turn(make_env: Callable[[Task], ToolEnvironment], max_steps: int, max_context_tokens: int,
-               max_step_tokens: int) -> Rollouts:
+               max_step_tokens: int, *, tool_call_format: str) -> Rollouts:
     """Rollouts of whole episodes (agentic domains): one fresh environment per rollout, at most
-    `max_step_tokens` sampled per step."""
+    `max_step_tokens` sampled per step, tool calls read as `tool_call_format` says (`parse_step`)."""
+    _check_format(tool_call_format)
 
     def collect(backend: RolloutBackend, tokenizer: PreTrainedTokenizerBase, tasks: list[Task],
                 params: SamplingParams, seed: int, rollouts_per_task: int) -> list[Trajectory]:
@@ -183,7 +277,8 @@ def multi_turn(make_env: Callable[[Task], ToolEnvironment], max_steps: int, max_
                     made.callback(env.close)
                     episodes.append((task.task_id, g, env))
             made.pop_all()  # run_episodes closes them from here on
-        return run_episodes(backend, tokenizer, episodes, params, seed, max_steps, max_context_tokens)
+        return run_episodes(backend, tokenizer, episodes, params, seed, max_steps, max_context_tokens,
+                            tool_call_format=tool_call_format)
 
     return collect
 
@@ -214,9 +309,9 @@ class _Episode:
     """Executed calls and their observations, for the observation-lite trace."""
 
 
-def _observe(ep: _Episode, text: str) -> list[dict[str, str]] | None:
+def _observe(ep: _Episode, text: str, tool_call_format: str) -> list[dict[str, str]] | None:
     """Hand one step to the environment; the messages that follow it, or None when the episode is over."""
-    step = parse_step(text)
+    step = parse_step(text, tool_call_format)
     ep.invalid_calls += len(step.errors)
     ep.tool_calls += len(step.calls)
     if step.calls:
@@ -244,8 +339,9 @@ def _observe(ep: _Episode, text: str) -> list[dict[str, str]] | None:
 
 def run_episodes(backend: RolloutBackend, tokenizer: PreTrainedTokenizerBase,
                  episodes: Sequence[tuple[str, int, ToolEnvironment]], params: SamplingParams, seed: int,
-                 max_steps: int, max_context_tokens: int) -> list[Trajectory]:
-    """Play (task_id, group, environment) episodes to the end, all active ones sampled in one batch per step.
+                 max_steps: int, max_context_tokens: int, *, tool_call_format: str) -> list[Trajectory]:
+    """Play (task_id, group, environment) episodes to the end, all active ones sampled in one batch per step,
+    reading each step's tool calls as `tool_call_format` (`agentic.tool_call_format`) says (`parse_step`).
 
     An episode ends when the environment says so (e.g. 'Task Completed'), after `max_steps` policy steps,
     or when its context would exceed `max_context_tokens`. Returns scored trajectories, each with its response
@@ -255,6 +351,7 @@ def run_episodes(backend: RolloutBackend, tokenizer: PreTrainedTokenizerBase,
     with contextlib.ExitStack() as owned:
         for _, _, env in episodes:
             owned.callback(env.close)
+        _check_format(tool_call_format)
         eps = []
         for task_id, group, env in episodes:
             messages, tools = env.reset()
@@ -263,10 +360,14 @@ def run_episodes(backend: RolloutBackend, tokenizer: PreTrainedTokenizerBase,
             if len(prompt) + params.max_new_tokens > max_context_tokens:  # not even one step fits
                 eps[-1].done = "context"
         end_of_turn = end_of_turn_id(tokenizer)
+        # Finished episodes of the call; transient, as the training loop plays a batch of episodes every step.
+        bar = owned.enter_context(progress(total=len(eps), desc="episodes", unit="ep", transient=True))
+        bar.update(sum(bool(ep.done) for ep in eps))  # prompts with no room for a step
         for step in range(max_steps):
             active = [ep for ep in eps if not ep.done]
             if not active:
                 break
+            bar.set_postfix_str(f"step {step + 1}/{max_steps}, {len(active)} running", refresh=False)
             prompts = [[*(t for turn in ep.turns for t in (*turn.context_ids, *turn.action_ids)), *ep.pending]
                        for ep in active]
             completions = backend.generate(prompts, params, (seed * 1_000_033 + step) % 2**63)
@@ -275,7 +376,7 @@ def run_episodes(backend: RolloutBackend, tokenizer: PreTrainedTokenizerBase,
                 ep.stopped = c.stopped
                 ep.length = len(prompt) + len(c.token_ids)
                 text = tokenizer.decode(c.token_ids, skip_special_tokens=True)
-                messages = _observe(ep, text)
+                messages = _observe(ep, text, tool_call_format)
                 if messages is None:
                     ep.done = ep.done or ("completed" if TASK_COMPLETED in text else "env_end")
                     continue
@@ -284,6 +385,7 @@ def run_episodes(backend: RolloutBackend, tokenizer: PreTrainedTokenizerBase,
                 ep.pending = closing + continuation_ids(tokenizer, messages, end_of_turn)
                 if ep.length + len(ep.pending) + params.max_new_tokens > max_context_tokens:
                     ep.done = "context"
+            bar.update(sum(bool(ep.done) for ep in active))
         return [_finish(ep) for ep in eps]
 
 

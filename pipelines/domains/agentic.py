@@ -9,11 +9,13 @@ from typing import Iterator
 from evaluation.agentic import envscaler_split
 from lopd.core.config import Config
 from lopd.core.multiturn import multi_turn
-from lopd.core.rollout import Rollouts, Task
+from lopd.core.rollout import TrainingSplit
 
 
 @contextlib.contextmanager
-def training_tasks(cfg: Config) -> Iterator[tuple[list[Task], Rollouts, str]]:
+def training_tasks(cfg: Config) -> Iterator[TrainingSplit]:
+    """The EnvScaler-format training split; no validation tasks (data.validation_tasks is the code domain's: the
+    agentic domain's held-out test split is its evaluation)."""
     a = cfg.agentic
     stack = contextlib.ExitStack()
     try:
@@ -21,4 +23,5 @@ def training_tasks(cfg: Config) -> Iterator[tuple[list[Task], Rollouts, str]]:
     except (OSError, ValueError) as err:
         sys.exit(f"error: agentic training tasks: {err}")
     with stack:
-        yield tasks, multi_turn(make_env, a.max_steps, a.max_context_tokens, a.max_step_tokens), source
+        yield TrainingSplit(tasks, multi_turn(make_env, a.max_steps, a.max_context_tokens, a.max_step_tokens,
+                                              tool_call_format=a.tool_call_format), source, [])

@@ -9,7 +9,7 @@ from typing import Iterator
 
 from evaluation.coding import taco
 from lopd.core.config import Config, resolve_path
-from lopd.core.rollout import Rollouts, ScoreFn, Task, single_turn
+from lopd.core.rollout import ScoreFn, Task, TrainingSplit, hold_out, single_turn
 
 
 def coding_tasks(cfg: Config) -> list[taco.CodingTask]:
@@ -21,7 +21,13 @@ def coding_tasks(cfg: Config) -> list[taco.CodingTask]:
 
 
 def coding_training_tasks(cfg: Config) -> tuple[list[Task], ScoreFn]:
-    """The coding training split as chat tasks and its sandboxed reward."""
+    """The coding training split as chat tasks (without the validation tasks) and its sandboxed reward."""
+    tasks, _, score = _split(cfg)
+    return tasks, score
+
+
+def _split(cfg: Config) -> tuple[list[Task], list[Task], ScoreFn]:
+    """(training tasks, validation tasks, reward) of the coding set."""
     coding = coding_tasks(cfg)
     by_id = {t.task_id: t for t in coding}
 
@@ -29,10 +35,15 @@ def coding_training_tasks(cfg: Config) -> tuple[list[Task], ScoreFn]:
         with ThreadPoolExecutor(cfg.eval.workers) as pool:
             return list(pool.map(lambda tc: taco.reward(tc[1], by_id[tc[0].task_id]), zip(tasks, completions)))
 
-    return [Task(t.task_id, taco.build_messages(t)) for t in coding], score
+    tasks = [Task(t.task_id, taco.build_messages(t)) for t in coding]
+    try:
+        training, validation = hold_out(tasks, cfg.data.validation_tasks)
+    except ValueError as err:
+        sys.exit(f"error: data.validation_tasks: {err}")
+    return training, validation, score
 
 
 @contextlib.contextmanager
-def training_tasks(cfg: Config) -> Iterator[tuple[list[Task], Rollouts, str]]:
-    tasks, score = coding_training_tasks(cfg)
-    yield tasks, single_turn(score), "TACO" if cfg.data.taco_path else "built-in coding set"
+def training_tasks(cfg: Config) -> Iterator[TrainingSplit]:
+    tasks, validation, score = _split(cfg)
+    yield TrainingSplit(tasks, single_turn(score), "TACO" if cfg.data.taco_path else "built-in coding set", validation)
