@@ -47,11 +47,14 @@ def rates(texts: list[str]) -> dict:
 
 
 def model_name(model_dir: Path) -> str:
-    try:
-        config = json.loads((model_dir / "config.json").read_text())
-    except (OSError, ValueError):
-        return model_dir.name
-    return config.get("_name_or_path") or model_dir.name
+    """What the folder holds: the upstream GGUF an embedded model was converted from, else its config's name."""
+    for name, key in (("gguf_provenance.json", "upstream"), ("config.json", "_name_or_path")):
+        try:
+            if value := json.loads((model_dir / name).read_text()).get(key):
+                return value
+        except (OSError, ValueError, AttributeError):
+            continue
+    return model_dir.name
 
 
 def main() -> None:
