@@ -280,7 +280,8 @@ def _marked(text: str, mark: int | None, best: str, second: str) -> str:
 
 
 def _plain(value: float | None, digits: int) -> str:
-    return "n/a" if value is None else f"{value:.{digits}f}"
+    """A plain cell: counts (ints) as they are, other numbers to the table's digits."""
+    return "n/a" if value is None else str(value) if isinstance(value, int) else f"{value:.{digits}f}"
 
 
 def _md_table(columns: tuple[tuple[str, str], ...], rows: list[tuple[str, list[str]]],
