@@ -222,8 +222,11 @@ def tool_use_table(scores: dict[str, dict[str, Scores]], methods: list[str], res
 
 def behaviour_table(metrics: dict[str, dict[str, dict]], methods: list[str], benchmark: str = "envscaler") -> Table:
     """The paper's Table 3: interaction behaviour of each method's policy on one benchmark (means per episode)."""
-    rows = [(registry.label(m), {k: metrics.get(m, {}).get(benchmark, {}).get(k) for k, _ in BEHAVIOUR_COLUMNS})
-            for m in _ordered(methods)]
+    def mean(method: str, key: str) -> float | None:  # a mean of counts can come back as an int: still a mean
+        value = metrics.get(method, {}).get(benchmark, {}).get(key)
+        return None if value is None else float(value)
+
+    rows = [(registry.label(m), {k: mean(m, k) for k, _ in BEHAVIOUR_COLUMNS}) for m in _ordered(methods)]
     return Table(BEHAVIOUR_COLUMNS, rows, BEHAVIOUR_NOTES, digits=3)
 
 
