@@ -12,7 +12,7 @@ from lopd.latent.composer import FRAMINGS
 from pipelines.common import (BASE_MODEL_DIR, DOMAIN_ARG, DOMAINS, for_domain, parse_args, record_metrics, stage_name,
                               training_domain, write_json)
 
-METRIC_KEYS = ("n_examples", "steps", "nll_before", "nll_after", "wall_s")
+METRIC_KEYS = ("n_examples", "steps", "nll_examples", "nll_before", "nll_after", "wall_s")
 
 
 def main() -> None:

@@ -6,7 +6,8 @@ import torch
 from safetensors.torch import load_file
 
 from lopd.latent.bank import BankEntry, task_text, write_bank
-from lopd.latent.cold_start import ANCHORS_FILE, COMPOSER_FILE, cold_start
+from lopd.latent import cold_start as cold_start_module
+from lopd.latent.cold_start import ANCHORS_FILE, COMPOSER_FILE, PROGRESS_FILE, cold_start
 from lopd.latent.composer import FRAMINGS
 from lopd.core.config import resolve
 from lopd.latent.method import LOPD
@@ -156,6 +157,70 @@ def test_cold_start_on_a_one_task_bank_retrieves_nothing_and_does_not_crash(tiny
     assert result["summary"]["nll_before"] == pytest.approx(result["summary"]["nll_after"])
     anchors = torch.load(tmp_path / "c" / ANCHORS_FILE)
     assert anchors["t0"]["entries"] == [] and anchors["t1"]["entries"] == [0]
+
+
+class _Killed(Exception):
+    pass
+
+
+def _kill_after_saves(monkeypatch, n):
+    """Make the n-th progress save raise once it has written its file, as a kill right after a step would."""
+    real, saves = cold_start_module._save_progress, []
+
+    def save_then_kill(path, state):
+        real(path, state)
+        saves.append(path)
+        if len(saves) == n:
+            raise _Killed
+
+    monkeypatch.setattr(cold_start_module, "_save_progress", save_then_kill)
+
+
+def test_cold_start_resumed_after_a_kill_equals_an_uninterrupted_run(tiny_model_dir, bank_dir, tmp_path,
+                                                                     monkeypatch):
+    cfg = _cfg(cold_start={"steps": 4, "batch_size": 3, "lr": 1e-3})  # 3 of 4 entries: the queue spans steps
+    whole = cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path / "whole", FRAMINGS["code"])
+    with monkeypatch.context() as m:
+        _kill_after_saves(m, 2)
+        with pytest.raises(_Killed):
+            cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path / "killed", FRAMINGS["code"])
+    assert (tmp_path / "killed" / PROGRESS_FILE).exists() and not (tmp_path / "killed" / COMPOSER_FILE).exists()
+    resumed = cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path / "killed", FRAMINGS["code"])
+    assert resumed["history"] == whole["history"]
+    assert {k: v for k, v in resumed["summary"].items() if k != "wall_s"} == \
+        {k: v for k, v in whole["summary"].items() if k != "wall_s"}
+    for name in (COMPOSER_FILE, ANCHORS_FILE):
+        a, b = torch.load(tmp_path / "whole" / name), torch.load(tmp_path / "killed" / name)
+        if name == ANCHORS_FILE:
+            a, b = ({t: v["latents"] for t, v in x.items()} for x in (a, b))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert not (tmp_path / "killed" / PROGRESS_FILE).exists()  # removed once phi_0 and the anchors are written
+
+
+def test_cold_start_does_not_resume_another_configuration_or_a_broken_file(tiny_model_dir, bank_dir, tmp_path,
+                                                                           monkeypatch, capsys):
+    cfg = _cfg(cold_start={"steps": 3, "batch_size": 4, "lr": 1e-3})
+    fresh = cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path / "fresh", FRAMINGS["code"])
+    with monkeypatch.context() as m:
+        _kill_after_saves(m, 1)
+        with pytest.raises(_Killed):
+            cold_start(_cfg(cold_start={"steps": 3, "batch_size": 4, "lr": 1e-4}), tiny_model_dir, bank_dir, TASKS,
+                       tmp_path / "other", FRAMINGS["code"])
+    again = cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path / "other", FRAMINGS["code"])
+    assert "not resuming" in capsys.readouterr().out and again["history"] == fresh["history"]
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / PROGRESS_FILE).write_bytes(b"half a file")
+    again = cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path / "broken", FRAMINGS["code"])
+    assert "unreadable" in capsys.readouterr().out and again["history"] == fresh["history"]
+
+
+def test_cold_start_measures_nll_on_a_fixed_sample_when_asked(tiny_model_dir, bank_dir, tmp_path):
+    cfg = _cfg(cold_start={"steps": 0, "eval_examples": 2})
+    runs = [cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path / str(i), FRAMINGS["code"]) for i in range(2)]
+    whole = cold_start(_cfg(cold_start={"steps": 0}), tiny_model_dir, bank_dir, TASKS, tmp_path / "all",
+                       FRAMINGS["code"])
+    assert runs[0]["summary"]["nll_examples"] == 2 and whole["summary"]["nll_examples"] == 4
+    assert runs[0]["summary"]["nll_before"] == runs[1]["summary"]["nll_before"] != whole["summary"]["nll_before"]
 
 
 def test_activation_checkpointing_changes_memory_not_results(tiny_model_dir, bank_dir, tmp_path):

@@ -359,9 +359,13 @@ class ColdStartConfig:
     """AdamW learning rate for the LoRA adapter and the QFormer."""
     grad_clip: float = 3.0
     """Global gradient-norm clip."""
+    eval_examples: int | None = None
+    """Bank trajectories the NLL before and after training is measured on (a fixed seeded sample; null = all).
+    Each measurement is a forward pass over them, which on CPU costs as much as several training steps."""
 
     def __post_init__(self) -> None:
         _check(self.steps >= 0, "cold_start.steps: must be >= 0")
+        _check(self.eval_examples is None or self.eval_examples >= 1, "cold_start.eval_examples: must be >= 1 or null")
         _check(self.batch_size >= 1, "cold_start.batch_size: must be >= 1")
         _check(self.lr > 0, "cold_start.lr: must be > 0")
         _check(self.grad_clip > 0, "cold_start.grad_clip: must be > 0")

@@ -92,11 +92,13 @@ def validate(backend, tokenizer, collect: Rollouts, tasks: Sequence[Task], max_n
     processes' shares), for paired comparisons between validation points."""
     rank, world = accelerator.process_index, accelerator.num_processes
     share = list(tasks)[rank::world]
-    rewards = [t.reward for t in collect(backend, tokenizer, share, greedy_params(max_new_tokens), seed, 1)] if share else []
+    played = collect(backend, tokenizer, share, greedy_params(max_new_tokens), seed, 1) if share else []
+    rewards = [t.reward for t in played]
     if world > 1:
         rewards = [r for part in gather_object([rewards]) for r in part]
-    return {"val_reward": sum(rewards) / len(rewards), "val_success_rate": sum(r >= 1.0 for r in rewards) / len(rewards),
-            "val_n": len(rewards), "val_rewards": rewards}
+    n = len(rewards)
+    return {"val_reward": sum(rewards) / n, "val_success_rate": sum(r >= 1.0 for r in rewards) / n, "val_n": n,
+            "val_rewards": rewards}
 
 
 def update(model, optimizer, accelerator: Accelerator, method: Method, trajectories: list[Trajectory],

@@ -4,10 +4,17 @@ latent context, backbone frozen, so the composer starts out producing informativ
 For every bank entry the teacher reads its task with the latent context of `n_ret` retrieved entries
 (never its own task unless self-retrieval is on) and is scored on the entry's response. Afterwards the
 cold-start latents c_phi0 of every training task are cached for LOPD's anchor term.
+
+Every step is checkpointed to `progress.pt` in the output folder (written to a temporary file, then renamed), so a
+killed run resumes where it stopped and ends exactly as an uninterrupted one; the file is removed once phi_0 and the
+anchor cache are written. A checkpoint from another configuration, other code or other inputs is not resumed.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import random
 import time
 from pathlib import Path
@@ -18,6 +25,7 @@ from accelerate import Accelerator
 
 from lopd.latent.bank import BankEntry, task_text
 from lopd.latent.composer import Composer, compose, teacher_batch
+from lopd.core import provenance
 from lopd.core.config import Config
 from lopd.core.device import device
 from lopd.core.losses import sequence_means, token_logprobs
@@ -28,7 +36,8 @@ from lopd.core.rollout import Task
 from lopd.core.tracking import Tracker
 from lopd.core.trajectory import Trajectory, Turn
 
-COMPOSER_FILE, ANCHORS_FILE = "composer.pt", "anchors.pt"
+COMPOSER_FILE, ANCHORS_FILE, PROGRESS_FILE = "composer.pt", "anchors.pt", "progress.pt"
+STAGE_MODULE = "pipelines.cold_start"
 
 
 def build_composer(cfg: Config, base_dir: str | Path) -> tuple[Composer, object]:
@@ -81,19 +90,32 @@ def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: S
         return latent_nll(composer, tokenizer, [e for e, _ in batch], [r for _, r in batch], bank,
                           [by_id[e.task_id] for e, _ in batch], framing, accelerator)
 
-    def mean_nll() -> float | None:
-        if not examples:
+    def mean_nll(subset: list[tuple[BankEntry, list[int]]]) -> float | None:
+        if not subset:
             return None
         with torch.no_grad():
-            return sum(nll(examples[i:i + size]).item() * len(examples[i:i + size])
-                       for i in range(0, len(examples), size)) / len(examples)
+            return sum(nll(subset[i:i + size]).item() * len(subset[i:i + size])
+                       for i in range(0, len(subset), size)) / len(subset)
 
-    start = time.perf_counter()
-    history, nll_before = [], mean_nll()
+    n_measured = len(examples) if cfg.cold_start.eval_examples is None else cfg.cold_start.eval_examples
+    measured = random.Random(cfg.seed).sample(examples, min(n_measured, len(examples)))
+
+    fingerprint = _fingerprint(cfg, base_dir, bank_dir)
     steps = cfg.cold_start.steps if examples else 0
+    resumed = _load_progress(out_dir / PROGRESS_FILE, fingerprint, steps)
+    start = time.perf_counter() - (resumed["elapsed_s"] if resumed else 0.0)
     order = random.Random(cfg.seed)
-    queue: list[int] = []
-    for step in progress(range(steps), desc="cold start", unit="step"):
+    if resumed:
+        composer.load_trainable_state(resumed["trainable"])
+        optimizer.load_state_dict(resumed["optimizer"])
+        order.setstate(resumed["order"])
+        torch.set_rng_state(resumed["torch_rng"])
+        history, queue, nll_before = resumed["history"], resumed["queue"], resumed["nll_before"]
+        write(f"[cold_start] resuming after step {len(history)}/{steps}")
+    else:
+        history, queue, nll_before = [], [], mean_nll(measured)
+    for step in progress(range(len(history), steps), desc="cold start", unit="step", initial=len(history),
+                         total=steps):
         picked = []
         while len(picked) < min(size, len(examples)):
             queue = queue or order.sample(range(len(examples)), len(examples))
@@ -108,17 +130,64 @@ def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: S
         history.append({"step": step + 1, "nll": loss.item(), "grad_norm": grad_norm})
         if tracker:
             tracker.log_metrics(history[-1], step=step + 1)
-        write(f"[cold_start] step {step + 1}/{steps} nll {loss.item():.4f}")
-    nll_after = mean_nll()
+        _save_progress(out_dir / PROGRESS_FILE, {
+            "fingerprint": fingerprint, "trainable": composer.trainable_state(), "optimizer": optimizer.state_dict(),
+            "order": order.getstate(), "torch_rng": torch.get_rng_state(), "history": history, "queue": queue,
+            "nll_before": nll_before, "elapsed_s": time.perf_counter() - start})
+        write(f"[cold_start] step {step + 1}/{steps} nll {loss.item():.4f} "
+              f"({time.perf_counter() - start:.0f} s since the start)")
+    nll_after = mean_nll(measured)
 
     composer.save(out_dir / COMPOSER_FILE)
     torch.save(anchor_latents(composer, retriever, bank, tasks, cfg.n_ret, accelerator), out_dir / ANCHORS_FILE)
-    summary = {"n_examples": len(examples), "steps": steps, "nll_before": nll_before, "nll_after": nll_after,
+    (out_dir / PROGRESS_FILE).unlink(missing_ok=True)
+    summary = {"n_examples": len(examples), "steps": steps, "nll_examples": len(measured), "nll_before": nll_before,
+               "nll_after": nll_after,
                "latent_tokens": cfg.latent_tokens, "n_ret": cfg.n_ret,
                "wall_s": round(time.perf_counter() - start, 1)}
     if not examples:
         summary["note"] = "n/a: the experience bank is empty, the composer keeps its initialisation"
     return {"summary": summary, "history": history}
+
+
+def _fingerprint(cfg: Config, base_dir: str | Path, bank_dir: str | Path) -> str:
+    """What a progress checkpoint must match to be resumed: the config (less the step budget, which a run may
+    extend, and activation checkpointing, which does not change results), the stage's code, the model and bank."""
+    d = cfg.to_dict()
+    d["cold_start"] = {k: v for k, v in d["cold_start"].items() if k != "steps"}
+    d["composer"] = {k: v for k, v in d["composer"].items() if k != "activation_checkpointing"}
+    d.pop("tracking")
+    files = [*provenance.source_files([STAGE_MODULE]), Path(base_dir), Path(bank_dir)]
+    return hashlib.sha256((json.dumps(d, sort_keys=True) + provenance.digest(files)).encode()).hexdigest()[:16]
+
+
+def _save_progress(path: Path, state: dict) -> None:
+    """Write the progress checkpoint crash-safely: a kill leaves either the previous file or this one."""
+    tmp = path.with_name(f".tmp-{path.name}")
+    with tmp.open("wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _load_progress(path: Path, fingerprint: str, steps: int) -> dict | None:
+    """The progress checkpoint to resume, or None (with one line saying why when there is one it cannot use)."""
+    if not path.exists():
+        return None
+    try:
+        state = torch.load(path, weights_only=True)  # tensors and plain data only: no code runs
+    except Exception as err:  # truncated or foreign: torch raises EOFError, RuntimeError, UnpicklingError, ...
+        reason = f"unreadable ({type(err).__name__})"
+    else:
+        reason = ("it is from another configuration, other code or other inputs"
+                  if not isinstance(state, dict) or state.get("fingerprint") != fingerprint else
+                  f"it is from a longer run ({len(state['history'])} > {steps} steps)"
+                  if len(state["history"]) > steps else None)
+    if reason is None:
+        return state
+    write(f"[cold_start] not resuming {path}: {reason}; starting fresh")
+    return None
 
 
 @torch.no_grad()
