@@ -1,25 +1,31 @@
-"""Stage `prepare_model`: materialise the configured base model as models/base (save_pretrained)."""
+"""Stage `prepare_model`: materialise the configured base model as models/base (save_pretrained); its metrics hold
+the build time and, for a model converted from a GGUF file, the largest logit difference to the GGUF model."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 
 from lopd.core.config import resolve_model
-from lopd.core.models import prepare_base_model
+from lopd.core.models import CONVERSION_CHECK_FILE, prepare_base_model
 from lopd.core.tracking import Tracker
-from pipelines.common import BASE_MODEL_DIR, parse_args, stage_name
+from pipelines.common import BASE_MODEL_DIR, METRICS_DIR, parse_args, record_metrics, stage_name
 
 
 def main() -> None:
     _, cfg = parse_args(__doc__)
-    with Tracker(cfg, stage_name("prepare_model")) as tracker:
+    stage = stage_name("prepare_model")
+    with Tracker(cfg, stage) as tracker:
         start = time.perf_counter()
         try:  # builds beside models/base and swaps it in only once it loads: a failure keeps the old model
             prepare_base_model(resolve_model(cfg.model.name), BASE_MODEL_DIR, seed=cfg.seed)
         except (OSError, ValueError) as err:
             sys.exit(f"error: model {cfg.model.name!r}: {' '.join(str(err).split())}")
-        tracker.log_metrics({"wall_s": time.perf_counter() - start})
+        metrics = {"wall_s": round(time.perf_counter() - start, 1)}
+        if (check := BASE_MODEL_DIR / CONVERSION_CHECK_FILE).exists():
+            metrics["max_abs_logit_diff"] = json.loads(check.read_text())["max_abs_logit_diff"]
+        record_metrics(tracker, METRICS_DIR / "model.json", stage, metrics)
     print(f"prepared {cfg.model.name} -> {BASE_MODEL_DIR}")
 
 

@@ -99,7 +99,7 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     # every metric DVC reads is a number; the histories are DVC plots
     shown = json.loads(_run(["dvc", "metrics", "show", "--json"], repo, env))
     files = {path: data["data"] for path, data in shown[""]["data"].items()}
-    assert len(files) == 16 and all("error" not in data for data in files.values()), files
+    assert len(files) == 17 and all("error" not in data for data in files.values()), files
     leaves = [v for data in files.values() for section in data.values() for v in _leaves(section)]
     assert leaves and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in leaves)
     plots = json.loads(_run(["dvc", "plots", "show", "--json"], repo, env))["data"]

