@@ -9,7 +9,9 @@ Measures on the same batch of coding prompts (batch 32 by default):
   the training setting (the measurement above), an evaluation setting (a longer budget, rollouts stop at EOS, all
   prompts submitted at once: vLLM's continuous batching), and an agentic-style multi-turn episode (each turn's prompt
   is the previous one + the completion + a tool message) with and without prefix caching.
-Only SmolLM2-135M is measured: the 0.5B coder model is not registered in the project yet.
+It measures the model in --model-dir (models/base: the configured model, Qwen2.5-Coder-0.5B on the cpu profile) and
+records its origin; on 2 cores the defaults take long with a 0.5B model (HF decodes ~10 tokens/s), so smaller
+--batch / --new-tokens give a quicker look.
 Run: python scripts/bench_rollout.py [--model-dir models/base] [--batch 32] [--new-tokens 128] [--dtype float32]
 """
 
@@ -32,11 +34,22 @@ from lopd.core.rollout import encode_prompt, make_backend, single_turn
 from lopd.core.models import load_model, load_tokenizer
 from lopd.core.multiturn import continuation_ids, end_of_turn_id
 from lopd.core.sampling import HFBackend, RolloutBackend, SamplingParams
+from lopd.core.split_gguf import PROVENANCE_FILE
 from lopd.core.vllm_backend import vllm_available
 from pipelines.domains.code import coding_training_tasks
 
 TOOL_MESSAGE = ('{"status": "ok", "stdout": "3 tests passed, 1 failed: test_empty_input expected 0, got None", '
                 '"hint": "handle the empty case before the loop"}')
+
+
+def origin(model_dir: str) -> str:
+    """Which model the folder holds: its GGUF provenance if it has one, else the name its config records."""
+    folder = Path(model_dir)
+    if (provenance := folder / PROVENANCE_FILE).exists():
+        record = json.loads(provenance.read_text())
+        return f"{record['upstream']} ({record['file']})"
+    config = json.loads((folder / "config.json").read_text())
+    return config.get("_model_name_or_path") or config.get("_name_or_path") or "unknown"
 
 
 def timed(fn):
@@ -106,7 +119,7 @@ def main() -> None:
         step = train(cfg, GRPO(cfg.grpo), tasks, single_turn(score), args.model_dir, step_dir)["history"][0]
 
     result = {
-        "model_dir": str(Path(args.model_dir).name), "batch": args.batch, "max_new_tokens": args.new_tokens,
+        "model_dir": str(Path(args.model_dir).name), "model": origin(args.model_dir), "batch": args.batch, "max_new_tokens": args.new_tokens,
         "rollout_dtype": cfg.sampling.dtype, "threads": torch.get_num_threads(), "cpu": platform.processor(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "prefill_tokens_per_s": round(prefill_tps, 1),
@@ -119,7 +132,6 @@ def main() -> None:
                       "reward_s": round(step["time_reward_s"], 2), "update_s": round(step["time_update_s"], 2),
                       "completions/mean_length": round(step["completions/mean_length"], 1),
                       "trained_fraction": step["trained_fraction"]},
-        "models_note": "SmolLM2-135M only: the 0.5B coder model is not registered in the project yet",
         "vllm": vllm or "not installed",
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
