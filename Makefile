@@ -11,7 +11,7 @@ reproduce: setup
 	dvc repro
 
 test: setup
-	python -m pytest -n 2 --dist worksteal
+	python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 smoke: setup
 	dvc exp run -S profile=smoke

@@ -42,6 +42,7 @@ def tokenizer(tiny_model_dir):
 
 def pytest_collection_modifyitems(items):
     """Slow end-to-end tests first: under `-n 2` the smoke DAG (the long pole, mostly one core) then runs
-    beside the rest of the suite instead of after it. `make test` also passes `--dist worksteal`: with xdist's default
-    the smoke DAG's worker is handed a batch of other tests up front, which then wait ~100 s behind it."""
+    beside the rest of the suite instead of after it. `make test` hands whole files to workers in this order
+    (`--dist loadfile --no-loadscope-reorder`): test by test, both workers built the same module fixtures (the
+    multi-process runs alone take ~85 s), and xdist's own reordering puts the one-test smoke file last."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
