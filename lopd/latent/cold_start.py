@@ -142,8 +142,7 @@ def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: S
     torch.save(anchor_latents(composer, retriever, bank, tasks, cfg.n_ret, accelerator), out_dir / ANCHORS_FILE)
     (out_dir / PROGRESS_FILE).unlink(missing_ok=True)
     summary = {"n_examples": len(examples), "steps": steps, "nll_examples": len(measured), "nll_before": nll_before,
-               "nll_after": nll_after,
-               "latent_tokens": cfg.latent_tokens, "n_ret": cfg.n_ret,
+               "nll_after": nll_after, "latent_tokens": cfg.latent_tokens, "n_ret": cfg.n_ret,
                "wall_s": round(time.perf_counter() - start, 1)}
     if not examples:
         summary["note"] = "n/a: the experience bank is empty, the composer keeps its initialisation"
