@@ -51,9 +51,12 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     # MLflow off (~3 s per stage) except for the queued sweep, which checks the run hierarchy on a real store
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "LOPD_MLFLOW_URI": "off",
            "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-    # a relative data path, as in conf/: it must resolve against the repository, also in a queued run's temp copy
+    # a relative data path, as in conf/: it must resolve against the repository, also in a queued run's temp copy;
+    # float32 rollouts and training: a CPU without bf16 units emulates bf16 matmuls, which doubled the rollout time
+    # of the stages here (the unit tests run the smoke profile's bf16 paths)
     smoke = ["-S", "profile=smoke", "-S", f"data.shared_dir={os.path.relpath(SHARED, repo)}",
-             "-S", f"baseline_methods={BASELINES}", "-S", f"methods={[*BASELINES, 'lopd']}"]
+             "-S", f"baseline_methods={BASELINES}", "-S", f"methods={[*BASELINES, 'lopd']}",
+             "-S", "sampling.dtype=float32", "-S", "train.mixed_precision=no"]
     _run(["git", "init", "-q"], repo, env)
     _run(["git", "add", "-A"], repo, env)
     _run(["git", "commit", "-qm", "copy"], repo, env)
