@@ -1,5 +1,6 @@
 """Config: params.yaml is DVC's Hydra composition of conf/ and is read as it is, so what is recorded is what ran."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -128,7 +129,8 @@ def test_recorded_params_equal_the_params_that_ran(tmp_path, monkeypatch):
                                              ("+1E-3", 1e-3), (".5", 0.5)])
 def test_numbers_parse_in_every_yaml_spelling(tmp_path, spelling, value):
     path = tmp_path / "params.yaml"
-    path.write_text((REPO_ROOT / "params.yaml").read_text().replace("  lr: 1.0e-05\n", f"  lr: {spelling}\n", 1))
+    text = (REPO_ROOT / "params.yaml").read_text()
+    path.write_text(re.sub(r"(?m)^(train:\n(?:  .*\n)*?)  lr: .*$", rf"\g<1>  lr: {spelling}", text, count=1))
     assert load_config(path).train.lr == value
 
 
