@@ -98,6 +98,23 @@ def test_lopd_trains_student_and_composer_with_the_dual_update(tiny_model_dir, b
     assert any(not torch.equal(base[k], student[k]) for k in base)
 
 
+def test_margin_zero_with_and_without_the_constraint(tiny_model_dir, bank_dir, composer_dir, tmp_path):
+    """`margin: 0` alone is the literal constraint Delta >= 0 (beta rises whenever Delta < 0); with
+    `lopd.margin_constraint: false` there is no constraint: beta stays 0 whatever Delta is."""
+    runs = {}
+    for constrained in (True, False):
+        cfg = _cfg(margin=0.0, lopd={"margin_constraint": constrained, "dual_lr": 50.0})
+        runs[constrained] = train(cfg, _method(cfg, bank_dir, composer_dir), TASKS, single_turn(_score),
+                                  tiny_model_dir, tmp_path / str(constrained))["history"]
+    deltas, beta = [h["privilege_margin"] for h in runs[True]], 0.0
+    assert any(d < 0 for d in deltas), deltas  # so the literal constraint does act in this run
+    for h, delta in zip(runs[True], deltas):
+        beta = max(0.0, beta + 50.0 * (0.0 - delta))
+        assert h["beta_next"] == pytest.approx(beta)
+    assert beta > 0
+    assert all(h["beta"] == h["beta_next"] == 0.0 for h in runs[False])
+
+
 def test_lopd_resume_equals_uninterrupted_run(tiny_model_dir, bank_dir, composer_dir, tmp_path):
     straight = train(_cfg(), _method(_cfg(), bank_dir, composer_dir), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "a")
     one = _cfg(train={"steps": 1, "save_every": 1})

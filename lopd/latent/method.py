@@ -127,7 +127,8 @@ class LOPD(Method):
         return loss, metrics
 
     def after_step(self, metrics: dict[str, float], trajectories: list[Trajectory]) -> dict[str, float]:
-        self.beta = dual_update(self.beta, self.cfg.margin, metrics["privilege_margin"], self.cfg.lopd.dual_lr)
+        if self.cfg.lopd.margin_constraint:
+            self.beta = dual_update(self.beta, self.cfg.margin, metrics["privilege_margin"], self.cfg.lopd.dual_lr)
         if self.embedder is not None:
             self._grow([t for t in trajectories if t.reward >= self.cfg.bank.success_threshold])
         return {"beta_next": self.beta, "bank_size": len(self.bank)}
