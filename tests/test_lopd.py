@@ -35,8 +35,8 @@ def _cfg(**overrides):
 def bank_dir(tmp_path_factory):
     """Four entries from four tasks, with seeded random unit vectors standing in for embeddings."""
     out = tmp_path_factory.mktemp("bank")
-    entries = [BankEntry(t.task_id, task_text(t.messages), f"print({i} * 2)",
-                         f"```python\nprint({i} * 2)\n```", 1.0) for i, t in enumerate(TASKS[:4])]
+    entries = [BankEntry(t.task_id, task_text(t.messages), f"print({i} * 2)", f"```python\nprint({i} * 2)\n```", 1.0,
+                         [[[], [20 + i, 21, 22, 23]]]) for i, t in enumerate(TASKS[:4])]
     rng = np.random.default_rng(0)
 
     def unit(n):
@@ -70,6 +70,42 @@ def test_cold_start_lowers_nll_and_caches_anchor_latents(tiny_model_dir, bank_di
         assert a["latents"].shape == (len(a["entries"]) * cfg.latent_tokens, 64)
     assert all(len(a["entries"]) == cfg.n_ret for a in anchors.values())
     assert (tmp_path / COMPOSER_FILE).exists()
+
+
+def test_cold_start_target_is_the_entrys_actions_with_environment_tokens_masked(tiny_model_dir):
+    """latent_nll against a brute-force reference: one full forward per entry over prompt + latents + every turn,
+    the NLL averaged over the action tokens only (the environment's tokens are read, never scored)."""
+    from accelerate import Accelerator
+
+    from lopd.latent.cold_start import build_composer, latent_nll
+    from lopd.latent.composer import compose, teacher_prompt_ids
+
+    cfg = _cfg()
+    composer, tokenizer = build_composer(cfg, tiny_model_dir)
+    bank = [BankEntry("t0", task_text(TASKS[0].messages), "ask() -> 3", "ask() -> 3", 1.0,
+                      [[[], [20, 21, 22]], [[50, 51, 52, 53], [23, 24]]]),
+            BankEntry("t1", task_text(TASKS[1].messages), "print(2)", "print(2)", 1.0, [[[], [25, 26]]])]
+    retrieved = [[1], [0]]
+    with torch.no_grad():
+        got = latent_nll(composer, tokenizer, bank, retrieved, bank, TASKS[:2], FRAMINGS["code"],
+                         Accelerator(cpu=True))
+        composer.backbone.eval()
+        reference = []
+        for entry, idx, task in zip(bank, retrieved, TASKS):
+            (latents,) = compose(composer, [entry.task], [[bank[i].trace for i in idx]])
+            prompt, start = teacher_prompt_ids(tokenizer, task.messages, FRAMINGS["code"], latents.shape[0])
+            ids, scored = list(prompt), []
+            for context, actions in entry.turns:
+                ids += context
+                scored += range(len(ids), len(ids) + len(actions))
+                ids += actions
+            embeds = composer.backbone.get_input_embeddings()(torch.tensor([ids]))[0].clone()
+            embeds[start:start + latents.shape[0]] = latents
+            with composer.model.disable_adapter():
+                logp = torch.log_softmax(composer.backbone(inputs_embeds=embeds[None]).logits[0].float(), -1)
+            reference.append(-sum(logp[p - 1, ids[p]] for p in scored) / len(scored))
+    # padded batch vs one row at a time: float32 sums in another order (scoring the environment's tokens: +0.04)
+    assert got.item() == pytest.approx(sum(reference).item() / len(reference), abs=1e-3)
 
 
 def _method(cfg, bank_dir, composer_dir):
@@ -145,7 +181,7 @@ def test_bank_growth_adds_training_successes_and_survives_resume(tiny_model_dir,
     """With bank.grow_during_training, successful rollouts (here: reward >= 0.5) join the bank each step."""
     from lopd.latent.retrieval import EMBEDDED_MINILM, TextEmbedder, document_text, query_text
     bank_dir, embedder = tmp_path / "bank", TextEmbedder(EMBEDDED_MINILM)
-    entries = [BankEntry(t.task_id, task_text(t.messages), f"print({i} * 2)", "ok", 1.0)
+    entries = [BankEntry(t.task_id, task_text(t.messages), f"print({i} * 2)", "ok", 1.0, [[[], [30 + i, 31]]])
                for i, t in enumerate(TASKS[:3])]
     write_bank(bank_dir / BANK_FILE, entries, {})
     save_vectors(bank_dir / DOCUMENTS_FILE, [e.task_id for e in entries],
@@ -165,7 +201,7 @@ def test_bank_growth_adds_training_successes_and_survives_resume(tiny_model_dir,
 
 def test_cold_start_on_a_one_task_bank_retrieves_nothing_and_does_not_crash(tiny_model_dir, tmp_path):
     bank_dir = tmp_path / "bank"
-    entry = BankEntry("t0", task_text(TASKS[0].messages), "print(0)", "print(0)", 1.0)
+    entry = BankEntry("t0", task_text(TASKS[0].messages), "print(0)", "print(0)", 1.0, [[[], [40, 41]]])
     write_bank(bank_dir / BANK_FILE, [entry], {})
     save_vectors(bank_dir / DOCUMENTS_FILE, ["t0"], np.eye(1, 4, dtype=np.float32))
     save_vectors(bank_dir / QUERIES_FILE, [t.task_id for t in TASKS], np.eye(len(TASKS), 4, dtype=np.float32))
