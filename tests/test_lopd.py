@@ -132,6 +132,13 @@ def test_lopd_trains_student_and_composer_with_the_dual_update(tiny_model_dir, b
     assert all(torch.equal(base[k], teacher[k]) for k in base if k in teacher), "the teacher backbone stays frozen"
     student = load_file(str(policy_dir(tmp_path / "run", tiny_model_dir) / "model.safetensors"))
     assert any(not torch.equal(base[k], student[k]) for k in base)
+    # the latent-decoding case study reads this trained composer, and phi_0 only when LOPD has not trained
+    from lopd.latent.decode import trained_composer
+    decoded, _, source = trained_composer(cfg, tiny_model_dir, composer_dir, tmp_path / "run")
+    assert source.startswith("LOPD after 2 steps")
+    assert all(torch.equal(now[k], v) for k, v in decoded.trainable_state().items())
+    phi0, _, source = trained_composer(cfg, tiny_model_dir, composer_dir, tmp_path / "never-trained")
+    assert source.startswith("phi_0") and all(torch.equal(start[k], v) for k, v in phi0.trainable_state().items())
 
 
 def test_margin_zero_with_and_without_the_constraint(tiny_model_dir, bank_dir, composer_dir, tmp_path):

@@ -29,7 +29,7 @@ IGNORE = shutil.ignore_patterns(".venv", ".git", "models", "checkpoints", "bank"
 BASELINES = ["sdpo"]
 ROWS = ["SDPO", "LOPD"]
 LOPD_BRANCH = {"train_lopd", "eval@lopd-humaneval_plus", "eval@lopd-mbpp_plus", "train_lopd_agentic",
-               "eval_agentic@lopd", "report"}
+               "eval_agentic@lopd", "latent_decode", "report"}
 SDPO_BRANCH = {"train@sdpo", "eval@sdpo-humaneval_plus", "eval@sdpo-mbpp_plus", "train_agentic@sdpo",
                "eval_agentic@sdpo", "report"}
 SWEEP = {"margin-002": (["-S", "margin=0.02"], LOPD_BRANCH), "sdpo-ema-01": (["-S", "sdpo.ema_rate=0.1"], SDPO_BRANCH)}
@@ -96,13 +96,16 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     agentic_train = json.loads((repo / "plots" / "agentic" / "train" / "lopd.json").read_text())
     assert len(agentic_train) == 2 and "tool_calls_per_step" in agentic_train[0]
     assert (repo / "reports" / "tables" / "behavior.md").read_text().count("| ") >= 8
-    for figure in ("plots/train/lopd.png", "reports/figures/training_curves_agentic.png"):
+    decoded = (repo / "reports" / "figures" / "latent_decode.md").read_text()
+    assert decoded.count("| with task |") == decoded.count("| without task |") > 0, decoded[:2000]
+    for figure in ("plots/train/lopd.png", "reports/figures/training_curves_agentic.png",
+                   "reports/figures/latent_decode.png"):
         assert (repo / figure).read_bytes()[:4] == b"\x89PNG", figure
 
     # every metric DVC reads is a number; the histories are DVC plots
     shown = json.loads(_run(["dvc", "metrics", "show", "--json"], repo, env))
     files = {path: data["data"] for path, data in shown[""]["data"].items()}
-    assert len(files) == 17 and all("error" not in data for data in files.values()), files
+    assert len(files) == 18 and all("error" not in data for data in files.values()), files
     leaves = [v for data in files.values() for section in data.values() for v in _leaves(section)]
     assert leaves and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in leaves)
     plots = json.loads(_run(["dvc", "plots", "show", "--json"], repo, env))["data"]

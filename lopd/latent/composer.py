@@ -49,8 +49,13 @@ FRAMINGS: dict[str, tuple[str, str]] = {
 }
 
 
+def trace_text(trace: str) -> str:
+    """A retrieved trace as the encoder reads it; alone, it is the encoder's input without task conditioning."""
+    return f"Reference past trajectory:\n{trace}"
+
+
 def encoder_text(task: str, trace: str) -> str:
-    return f"Task to solve:\n{task}\n\nReference past trajectory:\n{trace}"
+    return f"Task to solve:\n{task}\n\n{trace_text(trace)}"
 
 
 def teacher_prompt_ids(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]], framing: tuple[str, str],
