@@ -2,6 +2,7 @@
 metrics DVC can show and plots; a queued sweep re-runs exactly the branches it changes and logs one MLflow parent run
 per experiment; a DVC remote restores the results in a new clone; code changes mark and re-train the right stages."""
 
+import csv
 import json
 import os
 import re
@@ -32,7 +33,8 @@ LOPD_BRANCH = {"train_lopd", "eval@lopd-humaneval_plus", "eval@lopd-mbpp_plus", 
                "eval_agentic@lopd", "latent_decode", "report"}
 SDPO_BRANCH = {"train@sdpo", "eval@sdpo-humaneval_plus", "eval@sdpo-mbpp_plus", "train_agentic@sdpo",
                "eval_agentic@sdpo", "report"}
-SWEEP = {"margin-002": (["-S", "margin=0.02"], LOPD_BRANCH), "sdpo-ema-01": (["-S", "sdpo.ema_rate=0.1"], SDPO_BRANCH)}
+MARGIN_EXP = "fig3-m_0.02"  # named as scripts/sweep.py names Fig. 3's m = 0.02 point, so the figure collects it
+SWEEP = {MARGIN_EXP: (["-S", "margin=0.02"], LOPD_BRANCH), "sdpo-ema-01": (["-S", "sdpo.ema_rate=0.1"], SDPO_BRANCH)}
 """Two queued experiments, an LOPD and a baseline ablation: each re-runs exactly its branch."""
 
 
@@ -135,7 +137,7 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     ran = {e["name"]: e["revs"][0]["data"] for e in baseline["experiments"]}
     assert [ran[name]["params"]["params.yaml"]["data"]["margin"] for name in SWEEP] == [0.02, 0.05]
     beta = {name: ran[name]["metrics"]["metrics/train/lopd.json"]["data"]["train_lopd"]["beta_final"] for name in SWEEP}
-    assert beta["margin-002"] != beta["sdpo-ema-01"], beta  # the margin changes the dual variable's path
+    assert beta[MARGIN_EXP] != beta["sdpo-ema-01"], beta  # the margin changes the dual variable's path
     # `make exps` (dvc exp show --only-changed, minus hashes, timings and CI bounds) fits a 200-column terminal
     drop = re.search(r"--drop '([^']+)'", (repo / "Makefile").read_text()).group(1).replace("$$", "$")
     view = _run(["dvc", "exp", "show", "--only-changed", "--no-pager", "--drop", drop], repo, {**env, "COLUMNS": "200"})
@@ -149,6 +151,22 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
         assert {r.info.run_name for r in children} == branch
         assert all(r.data.tags["dvc.experiment"] == name and r.data.tags["dvc.stage"] == r.info.run_name
                    for r in children)
+    # the figures script collects the experiment as Fig. 3's m = 0.02 point, names the points not run yet, draws
+    # Fig. 4 from the workspace's curves, and adds the files to the newest `report` run
+    drawn = _run([sys.executable, "scripts/sweep.py", "draw", "fig3", "fig4"], repo,
+                 {**env, "LOPD_MLFLOW_URI": f"sqlite:///{store}"})
+    assert "fig3: not run yet: fig3-frozen_phi0" in drawn, drawn
+    fig3 = list(csv.DictReader((repo / "reports" / "figures" / "fig3.csv").open()))
+    assert {r["point"]: r["status"] for r in fig3}["m=0.02"] == "ok" and sum(r["status"] == "ok" for r in fig3) == 1
+    point = next(r for r in fig3 if r["point"] == "m=0.02")
+    lopd_metrics = ran[MARGIN_EXP]["metrics"]["metrics/train/lopd.json"]["data"]["train_lopd"]
+    assert float(point["value"]) == lopd_metrics["val_reward_final"] and int(point["n"]) == lopd_metrics["val_n"]
+    assert {r["point"] for r in csv.DictReader((repo / "reports" / "figures" / "fig4.csv").open())} == {"lopd", "sdpo"}
+    for name in ("fig3.png", "fig3.pdf", "fig4.png"):
+        assert (repo / "reports" / "figures" / name).stat().st_size > 0, name
+    report = client.search_runs([runs[0].info.experiment_id], "attributes.run_name = 'report'",
+                                order_by=["attributes.start_time DESC"], max_results=1)[0]
+    assert {"fig3.png", "fig4.csv"} <= {a.path for a in client.list_artifacts(report.info.run_id)}
 
     # a DVC remote holds the results: a new clone pulls them and is up to date without running anything
     _run(["dvc", "remote", "add", "-d", "store", str(tmp_path / "remote")], repo, env)
@@ -162,7 +180,7 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
 
     # editing code marks exactly the stages that run it (`dvc status` lists the stages whose deps changed)
     for touched, marked in [("lopd/latent/composer.py", {"cold_start", "train_lopd", "cold_start_agentic",
-                                                         "train_lopd_agentic"}),
+                                                         "train_lopd_agentic", "latent_decode"}),
                             ("baselines/sdpo.py", {"train@sdpo", "train_agentic@sdpo"})]:
         source = repo / touched
         original = source.read_text()
