@@ -12,7 +12,8 @@ import textwrap
 from evaluation.paper_figures import draw_table
 from lopd.core.config import REPO_ROOT
 from lopd.core.tracking import Tracker
-from lopd.latent.decode import csv_rows, decode_examples, markdown, pick_examples, trained_composer
+from lopd.latent.context import trained_composer
+from lopd.latent.decode import csv_rows, decode_examples, markdown, pick_examples
 from lopd.latent.retrieval import load_bank
 from pipelines.common import BASE_MODEL_DIR, DOMAINS, for_domain, parse_args, record_metrics
 from pipelines.domains import agentic, code

@@ -9,8 +9,8 @@ from lopd.core.rollout import Task
 from lopd.latent.bank import BankEntry
 from lopd.latent.cold_start import build_composer
 from lopd.latent.composer import encoder_text, trace_text
-from lopd.latent.decode import (DecodedExample, csv_rows, decode_examples, markdown, pick_examples, top_tokens,
-                                trained_composer)
+from lopd.latent.context import trained_composer
+from lopd.latent.decode import DecodedExample, csv_rows, decode_examples, markdown, pick_examples, top_tokens
 from lopd.latent.retrieval import Retriever
 
 TASKS = [Task(f"t{i}", [{"role": "user", "content": f"Print {i} squared."}]) for i in range(4)]

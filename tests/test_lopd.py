@@ -133,7 +133,7 @@ def test_lopd_trains_student_and_composer_with_the_dual_update(tiny_model_dir, b
     student = load_file(str(policy_dir(tmp_path / "run", tiny_model_dir) / "model.safetensors"))
     assert any(not torch.equal(base[k], student[k]) for k in base)
     # the latent-decoding case study reads this trained composer, and phi_0 only when LOPD has not trained
-    from lopd.latent.decode import trained_composer
+    from lopd.latent.context import trained_composer
     decoded, _, source = trained_composer(cfg, tiny_model_dir, composer_dir, tmp_path / "run")
     assert source.startswith("LOPD after 2 steps")
     assert all(torch.equal(now[k], v) for k, v in decoded.trainable_state().items())

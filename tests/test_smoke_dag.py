@@ -29,8 +29,10 @@ IGNORE = shutil.ignore_patterns(".venv", ".git", "models", "checkpoints", "bank"
 # `dvc exp run -S profile=smoke` itself runs all seven methods.
 BASELINES = ["sdpo"]
 ROWS = ["SDPO", "LOPD"]
+BASE_COMPOSER = {"eval_base_composer@humaneval_plus", "eval_base_composer@mbpp_plus", "eval_agentic_base_composer"}
+"""Table 3's Base + Composer: the base model with LOPD's composer, so on the LOPD branch."""
 LOPD_BRANCH = {"train_lopd", "eval@lopd-humaneval_plus", "eval@lopd-mbpp_plus", "train_lopd_agentic",
-               "eval_agentic@lopd", "latent_decode", "report"}
+               "eval_agentic@lopd", "latent_decode", *BASE_COMPOSER, "report"}
 SDPO_BRANCH = {"train@sdpo", "eval@sdpo-humaneval_plus", "eval@sdpo-mbpp_plus", "train_agentic@sdpo",
                "eval_agentic@sdpo", "report"}
 MARGIN_EXP = "fig3-m_0.02"  # named as scripts/sweep.py names Fig. 3's m = 0.02 point, so the figure collects it
@@ -72,12 +74,15 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
 
     table = (repo / "reports" / "tables" / "code_results.md").read_text()
     rows = [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ") and "---" not in line]
-    assert rows[1:] == ROWS, rows
+    assert rows[1:] == [*ROWS, "Base + Composer"], rows
     assert "LCB v5: n/a" in table
     for name in ("code_results.csv", "code_results.tex"):
         assert (repo / "reports" / "tables" / name).stat().st_size > 0
     summary = json.loads((repo / "results" / "eval" / "sdpo" / "humaneval_plus.json").read_text())["summary"]
     assert summary["n_tasks"] == 4 and summary["profile"] == "smoke"
+    with_context = json.loads((repo / "results" / "eval" / "base_composer" / "humaneval_plus.json").read_text())
+    assert with_context["summary"]["composer"].startswith("LOPD after 2 steps"), with_context["summary"]
+    assert all(len(task["retrieved_entries"]) == 2 for task in with_context["per_task"].values())
     bank = json.loads((repo / "metrics" / "bank.json").read_text())["build_bank"]
     assert bank["n_entries"] > 0 and bank["eval_tasks_checked"] > 0
     lopd = json.loads((repo / "plots" / "train" / "lopd.json").read_text())
@@ -86,7 +91,7 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     # the agentic domain: every method trained on EnvScaler-format tasks, evaluated on all three suites
     tool_use = (repo / "reports" / "tables" / "tool_use_results.md").read_text()
     rows = [line.split("|")[1].strip() for line in tool_use.splitlines() if line.startswith("| ") and "---" not in line]
-    assert rows[1:] == ROWS, rows
+    assert rows[1:] == [*ROWS, "Base + Composer"], rows
     assert "envscaler-mini" in tool_use and "n/a |" not in tool_use, tool_use
     scores = json.loads((repo / "metrics" / "agentic" / "eval" / "lopd.json").read_text())["eval_agentic@lopd"]
     for name in ("envscaler", "bfcl_base", "bfcl_miss_func", "bfcl_miss_param", "bfcl_long_context",
@@ -107,7 +112,7 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     # every metric DVC reads is a number; the histories are DVC plots
     shown = json.loads(_run(["dvc", "metrics", "show", "--json"], repo, env))
     files = {path: data["data"] for path, data in shown[""]["data"].items()}
-    assert len(files) == 18 and all("error" not in data for data in files.values()), files
+    assert len(files) == 21 and all("error" not in data for data in files.values()), files
     leaves = [v for data in files.values() for section in data.values() for v in _leaves(section)]
     assert leaves and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in leaves)
     plots = json.loads(_run(["dvc", "plots", "show", "--json"], repo, env))["data"]
@@ -180,7 +185,7 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
 
     # editing code marks exactly the stages that run it (`dvc status` lists the stages whose deps changed)
     for touched, marked in [("lopd/latent/composer.py", {"cold_start", "train_lopd", "cold_start_agentic",
-                                                         "train_lopd_agentic", "latent_decode"}),
+                                                         "train_lopd_agentic", "latent_decode", *BASE_COMPOSER}),
                             ("baselines/sdpo.py", {"train@sdpo", "train_agentic@sdpo"})]:
         source = repo / touched
         original = source.read_text()

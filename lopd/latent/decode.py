@@ -13,16 +13,11 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Sequence
 
 import torch
 
-from lopd.core import checkpoint
-from lopd.core.config import Config
-from lopd.core.device import device
 from lopd.latent.bank import BankEntry, task_text
-from lopd.latent.cold_start import COMPOSER_FILE, build_composer
 from lopd.latent.composer import Composer, encoder_text, trace_text
 from lopd.latent.retrieval import Retriever
 from lopd.core.rollout import Task
@@ -51,22 +46,6 @@ class DecodedExample:
 def top_tokens(latents_K_D: torch.Tensor, lm_head_V_D: torch.Tensor, k: int) -> torch.Tensor:
     """Ids of the k vocabulary tokens with the largest LM-head logit for each latent token: [K, k], best first."""
     return (latents_K_D.float() @ lm_head_V_D.float().T).topk(k, dim=-1).indices
-
-
-def trained_composer(cfg: Config, base_dir: str | Path, composer_dir: str | Path,
-                     lopd_checkpoint: str | Path) -> tuple[Composer, object, str]:
-    """The composer as LOPD left it (its checkpoint's method state), else phi_0 from the cold start; with the
-    tokenizer and which of the two it is."""
-    composer, tokenizer = build_composer(cfg, base_dir)
-    trained = checkpoint.load(lopd_checkpoint) if Path(lopd_checkpoint).exists() else None
-    if trained is not None:
-        composer.load_trainable_state(trained.state["method"]["composer"])
-        return composer.eval(), tokenizer, f"LOPD after {trained.state['step']} steps ({lopd_checkpoint})"
-    path = Path(composer_dir) / COMPOSER_FILE
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: not found (run the cold_start stage)")
-    composer.load_trainable_state(torch.load(path, weights_only=True, map_location=device()))
-    return composer.eval(), tokenizer, f"phi_0, the cold start's ({path}): no LOPD checkpoint"
 
 
 def pick_examples(tasks: Sequence[Task], retriever: Retriever, n: int, seed: int) -> list[tuple[Task, int]]:
