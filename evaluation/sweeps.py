@@ -77,9 +77,10 @@ SWEEPS = {
 FIGURES = {"fig3": ["fig3"], "fig5": ["fig5a", "fig5b"]}
 """Figure -> the sweeps it draws (Fig. 4 needs none: it is the default run's curves)."""
 
-SWEEP_STEPS = {"cpu": 4}
-"""LOPD steps per sweep point where the profile's own budget would not fit (2 cores: 4 steps x 16 rollouts, half
-the default run's LOPD; the README gives the cost). Other profiles run their own `lopd.steps`."""
+SWEEP_BUDGET = {"cpu": {"lopd.steps": 4, "cold_start.steps": 4}}
+"""Step budgets of every sweep point where the profile's own would not fit (2 cores: LOPD 4 steps x 16 rollouts,
+half the default run's, after a 4-step cold start, a third of its; the README gives the cost). The points of a
+sweep share them, so they compare with each other (not with the default run); other profiles run their own."""
 
 
 def experiment_name(sweep: str, point: str) -> str:
@@ -88,10 +89,8 @@ def experiment_name(sweep: str, point: str) -> str:
 
 
 def overrides(point: dict[str, Any], profile: str) -> list[str]:
-    """`dvc exp run` arguments for a point: its overrides, plus the sweep step budget of the profile."""
-    values = dict(point)
-    if profile in SWEEP_STEPS:
-        values.setdefault("lopd.steps", SWEEP_STEPS[profile])
+    """`dvc exp run` arguments for a point: its overrides, plus the sweep step budgets of the profile."""
+    values = {**point, **{k: v for k, v in SWEEP_BUDGET.get(profile, {}).items() if k not in point}}
     return [arg for key, value in values.items() for arg in ("-S", f"{key}={_yaml(value)}")]
 
 

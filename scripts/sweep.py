@@ -82,9 +82,9 @@ def draw(figure: str, domain: str, profile: str, model: str) -> list[Path]:
     for sweep in map(sweeps.SWEEPS.get, sweeps.FIGURES[figure]):
         mine = sweeps.collect(sweep, domain, runs)
         rows += mine
-        steps = sweeps.SWEEP_STEPS.get(profile)
+        budget = sweeps.SWEEP_BUDGET.get(profile, {})
         title = (f"{sweep.title}: {domain} domain, {profile} profile, {model}"
-                 + (f", {steps} LOPD steps per point" if steps else ""))
+                 + "".join(f", {key} {value}" for key, value in budget.items()))
         target = out if len(sweeps.FIGURES[figure]) == 1 else FIGURES_DIR / sweep.name
         files += draw_sweep(mine, list(sweep.points), sweep.default, sweep.x_label, sweep.x is not None,
                             target.with_suffix(".png"), title)

@@ -22,7 +22,7 @@ def test_every_point_has_a_distinct_valid_experiment_name_and_its_overrides():
     assert sweeps.overrides(fig3["m=0 (no constraint)"], "smoke") == [
         "-S", "margin=0", "-S", "lopd.margin_constraint=false"]
     assert sweeps.overrides(fig3["frozen φ0"], "cpu") == [
-        "-S", "lopd.train_composer=false", "-S", f"lopd.steps={sweeps.SWEEP_STEPS['cpu']}"]
+        "-S", "lopd.train_composer=false", "-S", "lopd.steps=4", "-S", "cold_start.steps=4"]
     assert [v["latent_tokens"] for v in sweeps.SWEEPS["fig5a"].points.values()] == [8, 16, 32, 64, 128]
     assert [v["n_ret"] for v in sweeps.SWEEPS["fig5b"].points.values()] == [1, 2, 3, 5, 10]
     for sweep in sweeps.SWEEPS.values():  # each sweep's default point is the default configuration
