@@ -103,7 +103,8 @@ def experiments(exp_show: Sequence[dict], baseline: str) -> dict[str, dict]:
     baseline commit `baseline` (`dvc exp show --json`'s rows)."""
     out = {}
     for row in exp_show:
-        if row.get("rev") != baseline and not str(row.get("rev", "")).startswith(baseline):
+        rev = str(row.get("rev") or "")
+        if not rev or not (rev.startswith(baseline) or baseline.startswith(rev)):  # full or short hashes
             continue
         for exp in row.get("experiments") or []:
             data = (exp.get("revs") or [{}])[0].get("data") or {}
