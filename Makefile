@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: setup reproduce test smoke bench exps compare gpu-check
+.PHONY: setup reproduce test smoke bench exps compare gpu-check fig3 fig4 fig5
 
 setup:
 	bash scripts/setup.sh
@@ -32,3 +32,11 @@ compare: setup
 # check (scripts/gpu_check.py; writes reports/perf/gpu_check.json). Needs the GPU packages: requirements-gpu.txt.
 gpu-check: setup
 	python scripts/gpu_check.py
+
+# The paper's analysis figures (reports/figures/): each queues the DVC experiments of its sweep that have not run on
+# this commit, runs them, and draws from `dvc exp show`; `python scripts/sweep.py draw fig3` draws what has run.
+fig3 fig5: setup
+	python scripts/sweep.py run $@
+
+fig4: setup
+	python scripts/sweep.py draw fig4

@@ -77,8 +77,8 @@ def main() -> None:
                 "success_threshold": cfg.bank.success_threshold, "domain": args.domain, "data": source}
         write_bank(domain.bank / BANK_FILE, entries, meta)
         summary = {"n_train_tasks": len(tasks), "n_tasks_sampled": len(sampled), "n_rollouts": len(rollouts),
-                   "rollout_success_rate": sum(r >= cfg.bank.success_threshold for *_, r in rollouts) / len(rollouts),
-                   "rollout_reward_mean": sum(r for *_, r in rollouts) / len(rollouts),
+                   "rollout_success_rate": sum(t.reward >= cfg.bank.success_threshold for *_, t in rollouts) / len(rollouts),
+                   "rollout_reward_mean": sum(t.reward for *_, t in rollouts) / len(rollouts),
                    "n_entries": len(entries), "n_tasks_in_bank": len({e.task_id for e in entries}),
                    "eval_tasks_checked": len(eval_prompts),  # the overlap guard passed against these
                    "sampling_s": round(sampling_s, 1), "wall_s": round(time.perf_counter() - start, 1)}

@@ -77,6 +77,7 @@ def main() -> None:
     doc = yaml.load(DVC_YAML)
     stale = []
     for name, stage in doc["stages"].items():
+        stage = stage.get("do", stage)  # a foreach stage: its definition is under `do`
         want = expected_code_deps(stage)
         have = [d for d in stage["deps"] if is_code(d)]
         if have != want:

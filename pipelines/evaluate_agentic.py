@@ -8,16 +8,19 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+from pathlib import Path
 from statistics import mean
+from typing import Any, Callable
 
 from evaluation.agentic.acebench.user_simulator import LocalModelUser, OpenAICompatibleUser
 from evaluation.agentic.benchmarks import load_benchmark
 from evaluation.stats import wilson_interval
-from lopd.core.config import resolve_model
+from lopd.core.config import Config, resolve_model
 from lopd.core.models import load_tokenizer
 from lopd.core.multiturn import run_episodes
 from lopd.core.progress import progress
 from lopd.core.rollout import make_backend, sampling_params
+from lopd.core.sampling import RolloutBackend
 from lopd.core.tracking import Tracker
 from lopd.core.trajectory import BEHAVIOUR_KEYS, Trajectory
 from pipelines.common import (BASE_MODEL_DIR, DOMAINS, parse_args, stage_name, trained_policy, write_json,
@@ -92,15 +95,30 @@ def episode_record(t: Trajectory) -> dict:
     return record
 
 
+Wrap = Callable[[RolloutBackend, object], tuple[RolloutBackend, dict[str, Any], Callable[[str, Any], Any]]]
+"""How an evaluation changes the backend (pipelines/evaluate_base_composer.py: latent context): (backend, tokenizer)
+-> (backend to sample from, what to record in the summaries, (task id, environment) -> the environment to play)."""
+
+
 def main() -> None:
     args, cfg = parse_args(__doc__, method={"required": True})
+    run(cfg, args.method, lambda: trained_policy("agentic", args.method))
+
+
+def run(cfg: Config, method: str, model_dir: Callable[[], Path], wrap: Wrap | None = None) -> None:
+    """Play `model_dir()` (called inside the stage's MLflow run) on every agentic benchmark as the results of `method`;
+    `wrap` changes the backend and the environments (prompt embeddings are then turned on)."""
     domain = DOMAINS["agentic"]
     a = cfg.agentic
-    stage = stage_name("eval", "agentic", args.method)
+    stage = stage_name("eval", "agentic", method)
     with Tracker(cfg, stage) as tracker:
-        model_dir = trained_policy("agentic", args.method)
+        model_dir = model_dir()
         tokenizer = load_tokenizer(model_dir)
-        backend = make_backend(model_dir, tokenizer, cfg, cfg.eval.batch_size)
+        backend = make_backend(model_dir, tokenizer, cfg, cfg.eval.batch_size, prompt_embeds=wrap is not None)
+        context: dict[str, Any] = {}
+        environment = lambda task_id, env: env  # noqa: E731
+        if wrap is not None:
+            backend, context, environment = wrap(backend, tokenizer)
         # Only ACEBench multi-turn talks to a simulated user; a local one is a second model in memory.
         try:
             user = user_simulator(cfg) if "acebench_multi_turn" in a.benchmarks else None
@@ -110,7 +128,7 @@ def main() -> None:
         scores = {}
         for name in a.benchmarks:
             start = time.perf_counter()
-            summary = {"method": args.method, "benchmark": name, "profile": cfg.profile, "seed": cfg.seed,
+            summary = {"method": method, **context, "benchmark": name, "profile": cfg.profile, "seed": cfg.seed,
                        "task_limit": a.task_limit, "tool_call_format": a.tool_call_format}
             try:
                 bench = load_benchmark(cfg, name, user)
@@ -124,7 +142,8 @@ def main() -> None:
                     with progress(total=len(bench.episodes), desc=name, unit="ep") as bar:
                         for i in range(0, len(bench.episodes), size):
                             chunk = bench.episodes[i:i + size]
-                            trajectories += run_episodes(backend, tokenizer, [(tid, 0, env) for tid, env in chunk],
+                            played = [(tid, 0, environment(tid, env)) for tid, env in chunk]
+                            trajectories += run_episodes(backend, tokenizer, played,
                                                          params, cfg.seed + i, bench.max_steps, a.max_context_tokens,
                                                          tool_call_format=a.tool_call_format)
                             bar.update(len(chunk))
@@ -132,13 +151,13 @@ def main() -> None:
                     bench.close()
                 summary.update({"data": bench.source, "max_steps": bench.max_steps, **summarise(trajectories)})
             summary["wall_s"] = round(time.perf_counter() - start, 1)
-            results_path = domain.results / "eval" / args.method / f"{name}.json"
+            results_path = domain.results / "eval" / method / f"{name}.json"
             write_json(results_path, {"summary": summary, "episodes": [episode_record(t) for t in trajectories]})
             tracker.log_metrics({f"{name}.{k}": v for k, v in summary.items() if isinstance(v, (int, float))})
             scores[name] = {k: summary[k] for k in SCORE_KEYS if k in summary}
-            print(f"{args.method} on {name}: {summary.get('score', summary.get('note'))} "
+            print(f"{method} on {name}: {summary.get('score', summary.get('note'))} "
                   f"({summary['wall_s']}s)", flush=True)
-        path = domain.metrics / "eval" / f"{args.method}.json"
+        path = domain.metrics / "eval" / f"{method}.json"
         write_metrics(path, stage, scores)  # its numbers are logged above, benchmark by benchmark
         tracker.log_artifact(path)
 

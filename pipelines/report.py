@@ -124,15 +124,18 @@ def main() -> None:
     _, cfg = parse_args(__doc__)
     with Tracker(cfg, stage_name("report")) as tracker:
         trained = {domain: histories(cfg.methods, domain) for domain in DOMAINS}
-        code = code_table(per_task_scores(load_results("code", cfg.methods, cfg.benchmarks), code_scores),
-                          cfg.methods)
+        rows = [*cfg.methods, *registry.EVALUATION_ROWS]  # Base + Composer: a row where its evaluation has run
+        code_results = load_results("code", rows, cfg.benchmarks)
+        code = code_table(per_task_scores(code_results, code_scores), [m for m in rows if m in cfg.methods
+                                                                       or m in code_results])
         code.notes.append(budget_note(trained["code"]))
         subset = "all tasks" if cfg.eval.task_limit is None else f"first {cfg.eval.task_limit} tasks per benchmark"
         title = (f"Code results ({cfg.profile} profile, model {cfg.model.name}, pass@1 (%), {subset}; "
                  f"{describe(code)})")
-        agentic_results = load_results("agentic", cfg.methods, cfg.agentic.benchmarks)
+        agentic_results = load_results("agentic", rows, cfg.agentic.benchmarks)
         agentic = summaries(agentic_results)
-        tool_use = tool_use_table(per_task_scores(agentic_results, agentic_scores), cfg.methods)
+        agentic_rows = [m for m in rows if m in cfg.methods or m in agentic_results]
+        tool_use = tool_use_table(per_task_scores(agentic_results, agentic_scores), agentic_rows)
         tool_use.notes.append(budget_note(trained["agentic"]))
         data = sorted({s["data"] for runs in agentic.values() for b, s in runs.items()
                        if b == "envscaler" and "data" in s})
@@ -146,7 +149,7 @@ def main() -> None:
         val_n = sorted({v["val_n"] for points in validated.values() for v in points})
         evidence_title = (f"Training evidence, code domain ({cfg.profile} profile, model {cfg.model.name}, "
                           f"validation n = {', '.join(map(str, val_n)) or 'n/a'} held-out tasks)")
-        behaviour = behaviour_table(agentic, cfg.methods)
+        behaviour = behaviour_table(agentic, agentic_rows)
         behaviour_title = f"Behaviour on the EnvScaler test split ({cfg.profile} profile, means per episode)"
         files = {**outputs("tool_use_results", tool_use, tool_title), **outputs("code_results", code, title),
                  **outputs("behavior", behaviour, behaviour_title),

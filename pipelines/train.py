@@ -8,9 +8,12 @@ import sys
 import time
 from statistics import mean
 
+import numpy as np
+
 from accelerate import PartialState
 
 from evaluation.figures import draw_curves
+from evaluation.stats import score_ci
 from lopd.core.distributed import ProcessSplitError
 from lopd.core.loop import MethodInputError, train
 from lopd.core.tracking import Tracker
@@ -24,7 +27,7 @@ names differ from the per-step keys, which the stage's MLflow run also holds."""
 
 def train_summary(history: list[dict], validation: list[dict]) -> dict[str, float]:
     """The run's scalars for DVC and MLflow: reward at the last step and averaged over steps, rollouts used, the
-    validation reward before training and at the end, and the last step's distillation KL, privileged margin Δ and
+    validation reward before training and at the end (with its 95% CI over the held-out tasks), and the last step's distillation KL, privileged margin Δ and
     dual β (after the step) where the method has them."""
     if not history:
         return {"rollouts": 0}
@@ -32,6 +35,8 @@ def train_summary(history: list[dict], validation: list[dict]) -> dict[str, floa
     return {"reward_final": last["reward"], "reward_mean": mean(h["reward"] for h in history),
             "rollouts": last["cumulative_rollouts"],
             **({"val_reward_initial": validation[0]["val_reward"], "val_reward_final": validation[-1]["val_reward"],
+                **dict(zip(("val_reward_final_ci_low", "val_reward_final_ci_high"),
+                           score_ci(np.array(validation[-1]["val_rewards"])))),
                 "val_n": validation[-1]["val_n"]} if validation else {}),
             **{name: last[key] for name, key in FINAL_VALUES.items() if key in last}}
 

@@ -44,8 +44,8 @@ def episodes(tokenizer, tasks):
     return out
 
 
-def lopd_bank(cfg_bank_dir: Path, work: Path) -> Path:
-    """A bank of 5 oracle-pool traces over the agentic query embeddings."""
+def lopd_bank(cfg_bank_dir: Path, work: Path, tokenizer) -> Path:
+    """A bank of 5 oracle-pool traces (their text as one action) over the agentic query embeddings."""
     import numpy as np
 
     from lopd.latent.bank import BankEntry, write_bank
@@ -53,7 +53,8 @@ def lopd_bank(cfg_bank_dir: Path, work: Path) -> Path:
     from lopd.latent.retrieval import BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE, load_vectors, save_vectors
     ids, queries = load_vectors(cfg_bank_dir / QUERIES_FILE)
     demos = list(load_pool(REPO_ROOT / "pool_agentic" / "oracle.jsonl").values())[:5]
-    entries = [BankEntry(d.task_id, d.task, d.text, d.text, 1.0) for d in demos]
+    entries = [BankEntry(d.task_id, d.task, d.text, d.text, 1.0,
+                         [[[], tokenizer(d.text, add_special_tokens=False)["input_ids"]]]) for d in demos]
     write_bank(work / BANK_FILE, entries, {})
     save_vectors(work / DOCUMENTS_FILE, [e.task_id for e in entries],
                  np.stack([queries[ids.index(e.task_id)] for e in entries]))
@@ -82,7 +83,7 @@ def run_variant(method_name: str, checkpointing: bool) -> dict:
     with training_domain(cfg, "agentic") as (tasks, _, _), tempfile.TemporaryDirectory() as work:
         tokenizer = load_tokenizer(BASE_MODEL_DIR)
         trajectories = episodes(tokenizer, tasks)
-        method = (LOPD(cfg, lopd_bank(domain.bank, Path(work)), domain.composer, FRAMINGS["agentic"],
+        method = (LOPD(cfg, lopd_bank(domain.bank, Path(work), tokenizer), domain.composer, FRAMINGS["agentic"],
                        trace_of=lambda s: s) if method_name == "lopd" else build_method(method_name, cfg, "agentic"))
         accelerator = Accelerator(cpu=True, mixed_precision=cfg.train.mixed_precision)
         model = load_model(BASE_MODEL_DIR)

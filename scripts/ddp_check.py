@@ -49,7 +49,7 @@ def score(tasks, completions):
 def prepare_inputs(model_dir: str | Path, work: Path) -> None:
     """A three-entry bank (embedded with the MiniLM retriever) and a cold-start composer under `work`."""
     embedder = TextEmbedder(EMBEDDED_MINILM)
-    entries = [BankEntry(t.task_id, task_text(t.messages), f"print({i} * 2)", "ok", 1.0)
+    entries = [BankEntry(t.task_id, task_text(t.messages), f"print({i} * 2)", "ok", 1.0, [[[], [10 + i, 11, 12]]])
                for i, t in enumerate(TASKS[:3])]
     write_bank(work / "bank" / BANK_FILE, entries, {})
     save_vectors(work / "bank" / DOCUMENTS_FILE, [e.task_id for e in entries],

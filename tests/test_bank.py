@@ -8,20 +8,47 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from lopd.latent.bank import BankEntry, check_no_eval_overlap, read_bank, successful_entries, write_bank
+from lopd.core.trajectory import Trajectory, Turn
+from lopd.latent.bank import (BankEntry, check_no_eval_overlap, episode_turns, read_bank, successful_entries,
+                              write_bank)
 from lopd.latent.retrieval import BANK_FILE, EMBEDDED_MINILM, Retriever, TextEmbedder, load_bank
 
 
+def _rollout(task_id, response, reward, action_ids=(7, 8)):
+    turn = Turn([1, 2, 3], list(action_ids), [-0.5] * len(action_ids))
+    return task_id, f"task {task_id}", Trajectory(task_id, [turn], reward=reward, response=response)
+
+
 def test_successful_entries_keeps_successes_once_per_distinct_trace():
-    rollouts = [("a", "task a", "```python\nx=1\n```", 1.0), ("a", "task a", "```python\nx=1\n```", 1.0),
-                ("a", "task a", "```python\nx=2\n```", 1.0), ("b", "task b", "bad", 0.0), ("c", "task c", "ok", 0.5)]
+    rollouts = [_rollout("a", "```python\nx=1\n```", 1.0, (5,)), _rollout("a", "```python\nx=1\n```", 1.0),
+                _rollout("a", "```python\nx=2\n```", 1.0, (6, 9)), _rollout("b", "bad", 0.0), _rollout("c", "ok", 0.5)]
     entries = successful_entries(rollouts, threshold=1.0, trace_of=lambda r: r.strip("`python\n"))
-    assert [(e.task_id, e.trace) for e in entries] == [("a", "x=1"), ("a", "x=2")]
+    assert [(e.task_id, e.trace, e.turns) for e in entries] == [("a", "x=1", [[[], [5]]]), ("a", "x=2", [[[], [6, 9]]])]
     assert [e.task_id for e in successful_entries(rollouts, threshold=0.5, trace_of=str)] == ["a", "a", "c"]
 
 
 def _entry(task_id, task="Reverse a list of integers and print it."):
-    return BankEntry(task_id, task, "print(x[::-1])", "```python\nprint(x[::-1])\n```", 1.0)
+    return BankEntry(task_id, task, "print(x[::-1])", "```python\nprint(x[::-1])\n```", 1.0, [[[], [11, 12]]])
+
+
+def test_an_entry_keeps_the_episode_after_its_prompt_and_trains_only_on_actions():
+    """Multi-turn: the prompt is dropped, the environment's tokens are kept as (masked) context."""
+    episode = Trajectory("t", [Turn([1, 2, 3], [10, 11], [-0.1, -0.2]), Turn([50, 51, 52], [12], [-0.3]),
+                               Turn([53], [13, 14], [-0.4, -0.5])], reward=1.0)
+    turns = episode_turns(episode)
+    assert turns == [[[], [10, 11]], [[50, 51, 52], [12]], [[53], [13, 14]]]
+    replayed = BankEntry("t", "task", "trace", "text", 1.0, turns).episode()
+    assert replayed.token_ids == [10, 11, 50, 51, 52, 12, 53, 13, 14]
+    assert replayed.action_mask == [1, 1, 0, 0, 0, 1, 0, 1, 1]
+
+
+@pytest.mark.parametrize("turns, message", [
+    ([], "non-empty array"), ([[[], [1]], [[2]]], "pairs"), ([[[1], [2]]], "first turn's context must be empty"),
+    ([[[], [1, "2"]]], "integer token ids"), ([[[], [True]]], "integer token ids"), ([[[], 3]], "integer token ids"),
+])
+def test_malformed_turns_are_rejected(turns, message):
+    with pytest.raises(ValueError, match=message):
+        BankEntry("t", "task", "trace", "text", 1.0, turns)
 
 
 EVAL = {"HumanEval/0": "def has_close_elements(numbers, threshold):\n    \"\"\" Check if in given list of numbers, "
@@ -44,7 +71,7 @@ def test_bank_file_round_trips_and_bad_files_give_one_line_errors(tmp_path):
     write_bank(tmp_path / "bank.jsonl", entries, {"model": "tiny"})
     got, meta = read_bank(tmp_path / "bank.jsonl")
     assert got == entries and meta["model"] == "tiny"
-    (tmp_path / "bad.jsonl").write_text('{"bank_version": 1}\n{"task_id": 3}\n')
+    (tmp_path / "bad.jsonl").write_text('{"bank_version": 2}\n{"task_id": 3}\n')
     with pytest.raises(ValueError, match="not a valid experience bank") as err:
         read_bank(tmp_path / "bad.jsonl")
     assert "\n" not in str(err.value)
@@ -60,18 +87,20 @@ GOOD_LINE = json.dumps(asdict(_entry("t1")))
     (['"x"'], r"line 1 is a JSON string, not an object"),
     (["3"], r"line 1 is a JSON number, not an object"),
     ([], r"not a valid experience bank \(empty, no header line\)"),
-    (['{"bank_version": 2}'], r"line 1: not a valid experience bank header \(bank_version 2, expected 1\)"),
-    (['{"bank_version": 1}', GOOD_LINE, "null"], r"line 3 is a JSON null, not an object"),
-    (['{"bank_version": 1}', GOOD_LINE, "{oops"], r"line 3 is not valid JSON"),
-    (['{"bank_version": 1}', json.dumps({**asdict(_entry("t1")), "task": 123})],
+    (['{"bank_version": 1}'], r"line 1: not a valid experience bank header \(bank_version 1, expected 2\)"),
+    (['{"bank_version": 2}', GOOD_LINE, "null"], r"line 3 is a JSON null, not an object"),
+    (['{"bank_version": 2}', GOOD_LINE, "{oops"], r"line 3 is not valid JSON"),
+    (['{"bank_version": 2}', json.dumps({**asdict(_entry("t1")), "task": 123})],
      r"line 2: not a valid experience bank entry: field 'task' must be a string, got number"),
-    (['{"bank_version": 1}', json.dumps({**asdict(_entry("t1")), "reward": "1"})],
+    (['{"bank_version": 2}', json.dumps({**asdict(_entry("t1")), "reward": "1"})],
      r"line 2: .*field 'reward' must be a number, got string"),
-    (['{"bank_version": 1}', json.dumps({**asdict(_entry("t1")), "reward": True})],
+    (['{"bank_version": 2}', json.dumps({**asdict(_entry("t1")), "reward": True})],
      r"line 2: .*field 'reward' must be a number, got boolean"),
-    (['{"bank_version": 1}', "", json.dumps({k: v for k, v in asdict(_entry("t1")).items() if k != "trace"})],
+    (['{"bank_version": 2}', "", json.dumps({k: v for k, v in asdict(_entry("t1")).items() if k != "trace"})],
      r"line 3: .*missing field 'trace'"),
-    (['{"bank_version": 1}', json.dumps({**asdict(_entry("t1")), "extra": 1})], r"line 2: .*unknown field 'extra'"),
+    (['{"bank_version": 2}', json.dumps({**asdict(_entry("t1")), "extra": 1})], r"line 2: .*unknown field 'extra'"),
+    (['{"bank_version": 2}', json.dumps({**asdict(_entry("t1")), "turns": [[[5], [6]]]})],
+     r"line 2: not a valid experience bank entry: field 'turns': the first turn's context must be empty"),
 ])
 def test_malformed_bank_lines_are_one_line_errors_naming_file_line_and_field(tmp_path, lines, message):
     path = tmp_path / "bank" / BANK_FILE
@@ -85,14 +114,14 @@ def test_malformed_bank_lines_are_one_line_errors_naming_file_line_and_field(tmp
 
 def test_a_bank_that_is_not_utf8_is_a_one_line_error_naming_file_and_line(tmp_path):
     path = tmp_path / "bank.jsonl"
-    path.write_bytes(b'{"bank_version": 1}\n' + GOOD_LINE.encode() + b"\n\xff\xfe\n")
+    path.write_bytes(b'{"bank_version": 2}\n' + GOOD_LINE.encode() + b"\n\xff\xfe\n")
     with pytest.raises(ValueError, match=r"bank.jsonl: line 3: not UTF-8 text"):
         read_bank(path)
 
 
 def test_integer_rewards_read_back_as_floats(tmp_path):
     path = tmp_path / "bank.jsonl"
-    path.write_text('{"bank_version": 1}\n' + json.dumps({**asdict(_entry("t1")), "reward": 1}) + "\n")
+    path.write_text('{"bank_version": 2}\n' + json.dumps({**asdict(_entry("t1")), "reward": 1}) + "\n")
     (entry,), _ = read_bank(path)
     assert entry == _entry("t1") and isinstance(entry.reward, float)
 

@@ -129,7 +129,8 @@ def test_ucb1_choice_matches_brute_force():
 
 def test_pool_prefers_base_model_successes_then_passing_references():
     tasks = [("a", "A"), ("b", "B"), ("c", "C"), ("d", "D")]
-    successes = [BankEntry("b", "B", "x", "first b", 1.0), BankEntry("b", "B", "y", "second b", 1.0)]
+    successes = [BankEntry("b", "B", "x", "first b", 1.0, [[[], [1]]]),
+                 BankEntry("b", "B", "y", "second b", 1.0, [[[], [2]]])]
     references = {"a": [render_reference("print(1)")], "b": [render_reference("print(2)")], "d": []}
     pool = assemble_pool(tasks, successes, references, fill_with_references=True)
     assert [(d.task_id, d.source, d.text) for d in pool] == [

@@ -50,14 +50,16 @@ def test_every_stage_depends_on_exactly_the_code_it_imports():
 
 @pytest.mark.parametrize("touched, marked", [
     # an LOPD-only file marks only the LOPD branch
-    ("lopd/latent/composer.py", {"cold_start", "train_lopd", "cold_start_agentic", "train_lopd_agentic"}),
+    ("lopd/latent/composer.py", {"cold_start", "train_lopd", "cold_start_agentic", "train_lopd_agentic", "latent_decode",
+                                 "eval_base_composer@humaneval_plus", "eval_base_composer@mbpp_plus",
+                                 "eval_agentic_base_composer"}),
     # one baseline's file marks only that baseline's training
     ("baselines/sdpo.py", {"train@sdpo", "train_agentic@sdpo"}),
     # the loop marks every training stage, and nothing that does not train
     ("lopd/core/loop.py", {name for name, _, _ in STAGES if name.split("@")[0] in ("train", "train_agentic")}
      | {"train_lopd", "train_lopd_agentic"}),
     # the BFCL harness marks only the agentic evaluations
-    ("evaluation/agentic/bfcl.py", {name for name, _, _ in STAGES if name.startswith("eval_agentic@")}),
+    ("evaluation/agentic/bfcl.py", {name for name, _, _ in STAGES if name.startswith("eval_agentic")}),
 ])
 def test_touching_a_file_marks_only_the_stages_that_run_it(touched: str, marked: set[str]):
     hit = {name for name, _, deps in STAGES if any(touched in files_under(d) for d in deps if is_code(d))}
@@ -92,10 +94,11 @@ def test_every_stage_names_itself_as_dvc_does():
 
     from pipelines.common import stage_name
 
-    kinds = {"evaluate": "eval", "evaluate_agentic": "eval"}
     for name, cmd, _ in STAGES:
         argv = shlex.split(cmd)
         module = argv[argv.index("-m") + 1].removeprefix("pipelines.")
         option = lambda flag: argv[argv.index(flag) + 1] if flag in argv else None  # noqa: E731
-        domain = "agentic" if module == "evaluate_agentic" else option("--domain") or "code"
-        assert stage_name(kinds.get(module, module), domain, option("--method"), option("--benchmark")) == name
+        domain = "agentic" if module.startswith("evaluate_agentic") else option("--domain") or "code"
+        method = "base_composer" if module.endswith("_base_composer") else option("--method")
+        kind = "eval" if module.startswith("evaluate") else module
+        assert stage_name(kind, domain, method, option("--benchmark")) == name

@@ -35,8 +35,8 @@ def _cfg(**overrides):
 def bank_dir(tmp_path_factory):
     """Four entries from four tasks, with seeded random unit vectors standing in for embeddings."""
     out = tmp_path_factory.mktemp("bank")
-    entries = [BankEntry(t.task_id, task_text(t.messages), f"print({i} * 2)",
-                         f"```python\nprint({i} * 2)\n```", 1.0) for i, t in enumerate(TASKS[:4])]
+    entries = [BankEntry(t.task_id, task_text(t.messages), f"print({i} * 2)", f"```python\nprint({i} * 2)\n```", 1.0,
+                         [[[], [20 + i, 21, 22, 23]]]) for i, t in enumerate(TASKS[:4])]
     rng = np.random.default_rng(0)
 
     def unit(n):
@@ -72,6 +72,42 @@ def test_cold_start_lowers_nll_and_caches_anchor_latents(tiny_model_dir, bank_di
     assert (tmp_path / COMPOSER_FILE).exists()
 
 
+def test_cold_start_target_is_the_entrys_actions_with_environment_tokens_masked(tiny_model_dir):
+    """latent_nll against a brute-force reference: one full forward per entry over prompt + latents + every turn,
+    the NLL averaged over the action tokens only (the environment's tokens are read, never scored)."""
+    from accelerate import Accelerator
+
+    from lopd.latent.cold_start import build_composer, latent_nll
+    from lopd.latent.composer import compose, teacher_prompt_ids
+
+    cfg = _cfg()
+    composer, tokenizer = build_composer(cfg, tiny_model_dir)
+    bank = [BankEntry("t0", task_text(TASKS[0].messages), "ask() -> 3", "ask() -> 3", 1.0,
+                      [[[], [20, 21, 22]], [[50, 51, 52, 53], [23, 24]]]),
+            BankEntry("t1", task_text(TASKS[1].messages), "print(2)", "print(2)", 1.0, [[[], [25, 26]]])]
+    retrieved = [[1], [0]]
+    with torch.no_grad():
+        got = latent_nll(composer, tokenizer, bank, retrieved, bank, TASKS[:2], FRAMINGS["code"],
+                         Accelerator(cpu=True))
+        composer.backbone.eval()
+        reference = []
+        for entry, idx, task in zip(bank, retrieved, TASKS):
+            (latents,) = compose(composer, [entry.task], [[bank[i].trace for i in idx]])
+            prompt, start = teacher_prompt_ids(tokenizer, task.messages, FRAMINGS["code"], latents.shape[0])
+            ids, scored = list(prompt), []
+            for context, actions in entry.turns:
+                ids += context
+                scored += range(len(ids), len(ids) + len(actions))
+                ids += actions
+            embeds = composer.backbone.get_input_embeddings()(torch.tensor([ids]))[0].clone()
+            embeds[start:start + latents.shape[0]] = latents
+            with composer.model.disable_adapter():
+                logp = torch.log_softmax(composer.backbone(inputs_embeds=embeds[None]).logits[0].float(), -1)
+            reference.append(-sum(logp[p - 1, ids[p]] for p in scored) / len(scored))
+    # padded batch vs one row at a time: float32 sums in another order (scoring the environment's tokens: +0.04)
+    assert got.item() == pytest.approx(sum(reference).item() / len(reference), abs=1e-3)
+
+
 def _method(cfg, bank_dir, composer_dir):
     return LOPD(cfg, bank_dir, composer_dir, FRAMINGS["code"], trace_of=str)
 
@@ -96,6 +132,30 @@ def test_lopd_trains_student_and_composer_with_the_dual_update(tiny_model_dir, b
     assert all(torch.equal(base[k], teacher[k]) for k in base if k in teacher), "the teacher backbone stays frozen"
     student = load_file(str(policy_dir(tmp_path / "run", tiny_model_dir) / "model.safetensors"))
     assert any(not torch.equal(base[k], student[k]) for k in base)
+    # the latent-decoding case study reads this trained composer, and phi_0 only when LOPD has not trained
+    from lopd.latent.context import trained_composer
+    decoded, _, source = trained_composer(cfg, tiny_model_dir, composer_dir, tmp_path / "run")
+    assert source.startswith("LOPD after 2 steps")
+    assert all(torch.equal(now[k], v) for k, v in decoded.trainable_state().items())
+    phi0, _, source = trained_composer(cfg, tiny_model_dir, composer_dir, tmp_path / "never-trained")
+    assert source.startswith("phi_0") and all(torch.equal(start[k], v) for k, v in phi0.trainable_state().items())
+
+
+def test_margin_zero_with_and_without_the_constraint(tiny_model_dir, bank_dir, composer_dir, tmp_path):
+    """`margin: 0` alone is the literal constraint Delta >= 0 (beta rises whenever Delta < 0); with
+    `lopd.margin_constraint: false` there is no constraint: beta stays 0 whatever Delta is."""
+    runs = {}
+    for constrained in (True, False):
+        cfg = _cfg(margin=0.0, lopd={"margin_constraint": constrained, "dual_lr": 50.0})
+        runs[constrained] = train(cfg, _method(cfg, bank_dir, composer_dir), TASKS, single_turn(_score),
+                                  tiny_model_dir, tmp_path / str(constrained))["history"]
+    deltas, beta = [h["privilege_margin"] for h in runs[True]], 0.0
+    assert any(d < 0 for d in deltas), deltas  # so the literal constraint does act in this run
+    for h, delta in zip(runs[True], deltas):
+        beta = max(0.0, beta + 50.0 * (0.0 - delta))
+        assert h["beta_next"] == pytest.approx(beta)
+    assert beta > 0
+    assert all(h["beta"] == h["beta_next"] == 0.0 for h in runs[False])
 
 
 def test_lopd_resume_equals_uninterrupted_run(tiny_model_dir, bank_dir, composer_dir, tmp_path):
@@ -128,7 +188,7 @@ def test_bank_growth_adds_training_successes_and_survives_resume(tiny_model_dir,
     """With bank.grow_during_training, successful rollouts (here: reward >= 0.5) join the bank each step."""
     from lopd.latent.retrieval import EMBEDDED_MINILM, TextEmbedder, document_text, query_text
     bank_dir, embedder = tmp_path / "bank", TextEmbedder(EMBEDDED_MINILM)
-    entries = [BankEntry(t.task_id, task_text(t.messages), f"print({i} * 2)", "ok", 1.0)
+    entries = [BankEntry(t.task_id, task_text(t.messages), f"print({i} * 2)", "ok", 1.0, [[[], [30 + i, 31]]])
                for i, t in enumerate(TASKS[:3])]
     write_bank(bank_dir / BANK_FILE, entries, {})
     save_vectors(bank_dir / DOCUMENTS_FILE, [e.task_id for e in entries],
@@ -148,7 +208,7 @@ def test_bank_growth_adds_training_successes_and_survives_resume(tiny_model_dir,
 
 def test_cold_start_on_a_one_task_bank_retrieves_nothing_and_does_not_crash(tiny_model_dir, tmp_path):
     bank_dir = tmp_path / "bank"
-    entry = BankEntry("t0", task_text(TASKS[0].messages), "print(0)", "print(0)", 1.0)
+    entry = BankEntry("t0", task_text(TASKS[0].messages), "print(0)", "print(0)", 1.0, [[[], [40, 41]]])
     write_bank(bank_dir / BANK_FILE, [entry], {})
     save_vectors(bank_dir / DOCUMENTS_FILE, ["t0"], np.eye(1, 4, dtype=np.float32))
     save_vectors(bank_dir / QUERIES_FILE, [t.task_id for t in TASKS], np.eye(len(TASKS), 4, dtype=np.float32))

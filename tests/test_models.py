@@ -23,8 +23,10 @@ def test_a_gguf_conversion_is_checked_against_the_gguf_models_logits(tiny_model_
     and records; a conversion that changes them stops the build and leaves nothing (so the check compares the
     converted folder with the GGUF model, and the Qwen build's recorded difference means what it says)."""
     out = prepare_base_model("smollm2-135m", tmp_path / "smol", seed=0)
-    assert json.loads((out / CONVERSION_CHECK_FILE).read_text())["max_abs_logit_diff"] <= 1e-5
-    assert "quantization_config" not in load_model(out).config.to_dict()
+    check = json.loads((out / CONVERSION_CHECK_FILE).read_text())
+    assert check["max_abs_logit_diff"] <= 1e-5 and check["origin"].startswith("HuggingFaceTB/SmolLM2-135M-Instruct")
+    config = json.loads((out / "config.json").read_text())
+    assert "quantization_config" not in config and "_model_name_or_path" not in config  # no GGUF label in the config
 
     def off_by_a_little(*args):  # a conversion bug (the final norm's scale slightly wrong), on the tiny model
         model, gguf_model = load_model(tiny_model_dir), load_model(tiny_model_dir)

@@ -143,3 +143,31 @@ def test_no_stop_strings_decode_nothing_and_sample_as_before(tiny_model, tokeniz
                                                                                           seed=4)
     with pytest.raises(ValueError, match="stop strings need the tokenizer"):
         plain.generate(_prompts(tokenizer), _greedy(4, ("x",)), seed=0)
+
+
+def test_prompt_embeddings_instead_of_ids(tiny_model, tokenizer):
+    """The token ids' own embeddings sample exactly what the ids do (the paper's injection check); other embeddings
+    (a latent span) are what the model reads: log-probs equal a plain forward over those embeddings."""
+    backend = HFBackend(tiny_model, stop_ids=[tokenizer.eos_token_id], pad_id=tokenizer.pad_token_id, batch_size=2)
+    params = SamplingParams(max_new_tokens=10)
+    prompts = _prompts(tokenizer)
+    table = tiny_model.get_input_embeddings()
+    with torch.no_grad():
+        own = [table(torch.tensor(p)) for p in prompts]
+    by_ids = backend.generate(prompts, params, seed=5)
+    by_embeds = backend.generate(prompts, params, seed=5, embeds=own)
+    assert [c.token_ids for c in by_ids] == [c.token_ids for c in by_embeds]
+    assert all(torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
+               for a, b in zip(by_ids, by_embeds))
+    latent = [e.clone() for e in own]
+    for e in latent:  # a 3-token span of other vectors, as the composer's latent tokens would be
+        e[2:5] = torch.randn(3, e.shape[1], generator=torch.Generator().manual_seed(0))
+    spliced = backend.generate(prompts, params, seed=5, embeds=latent)
+    for prompt, e, c in zip(prompts, latent, spliced):
+        with torch.no_grad():
+            inputs = torch.cat([e, table(torch.tensor(c.token_ids))])[None]
+            logits = tiny_model(inputs_embeds=inputs).logits[0, len(prompt) - 1:-1].float() / params.temperature
+        ref = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c.token_ids)[:, None]).squeeze(-1)
+        assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-4)
+    with pytest.raises(ValueError, match="one row per prompt token"):
+        backend.generate(prompts, params, seed=5, embeds=[e[:-1] for e in own])

@@ -2,6 +2,7 @@
 metrics DVC can show and plots; a queued sweep re-runs exactly the branches it changes and logs one MLflow parent run
 per experiment; a DVC remote restores the results in a new clone; code changes mark and re-train the right stages."""
 
+import csv
 import json
 import os
 import re
@@ -28,11 +29,14 @@ IGNORE = shutil.ignore_patterns(".venv", ".git", "models", "checkpoints", "bank"
 # `dvc exp run -S profile=smoke` itself runs all seven methods.
 BASELINES = ["sdpo"]
 ROWS = ["SDPO", "LOPD"]
+BASE_COMPOSER = {"eval_base_composer@humaneval_plus", "eval_base_composer@mbpp_plus", "eval_agentic_base_composer"}
+"""Table 3's Base + Composer: the base model with LOPD's composer, so on the LOPD branch."""
 LOPD_BRANCH = {"train_lopd", "eval@lopd-humaneval_plus", "eval@lopd-mbpp_plus", "train_lopd_agentic",
-               "eval_agentic@lopd", "report"}
+               "eval_agentic@lopd", "latent_decode", *BASE_COMPOSER, "report"}
 SDPO_BRANCH = {"train@sdpo", "eval@sdpo-humaneval_plus", "eval@sdpo-mbpp_plus", "train_agentic@sdpo",
                "eval_agentic@sdpo", "report"}
-SWEEP = {"margin-002": (["-S", "margin=0.02"], LOPD_BRANCH), "sdpo-ema-01": (["-S", "sdpo.ema_rate=0.1"], SDPO_BRANCH)}
+MARGIN_EXP = "fig3-m_0.02"  # named as scripts/sweep.py names Fig. 3's m = 0.02 point, so the figure collects it
+SWEEP = {MARGIN_EXP: (["-S", "margin=0.02"], LOPD_BRANCH), "sdpo-ema-01": (["-S", "sdpo.ema_rate=0.1"], SDPO_BRANCH)}
 """Two queued experiments, an LOPD and a baseline ablation: each re-runs exactly its branch."""
 
 
@@ -70,12 +74,15 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
 
     table = (repo / "reports" / "tables" / "code_results.md").read_text()
     rows = [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ") and "---" not in line]
-    assert rows[1:] == ROWS, rows
+    assert rows[1:] == [*ROWS, "Base + Composer"], rows
     assert "LCB v5: n/a" in table
     for name in ("code_results.csv", "code_results.tex"):
         assert (repo / "reports" / "tables" / name).stat().st_size > 0
     summary = json.loads((repo / "results" / "eval" / "sdpo" / "humaneval_plus.json").read_text())["summary"]
     assert summary["n_tasks"] == 4 and summary["profile"] == "smoke"
+    with_context = json.loads((repo / "results" / "eval" / "base_composer" / "humaneval_plus.json").read_text())
+    assert with_context["summary"]["composer"].startswith("LOPD after 2 steps"), with_context["summary"]
+    assert all(len(task["retrieved_entries"]) == 2 for task in with_context["per_task"].values())
     bank = json.loads((repo / "metrics" / "bank.json").read_text())["build_bank"]
     assert bank["n_entries"] > 0 and bank["eval_tasks_checked"] > 0
     lopd = json.loads((repo / "plots" / "train" / "lopd.json").read_text())
@@ -84,7 +91,7 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     # the agentic domain: every method trained on EnvScaler-format tasks, evaluated on all three suites
     tool_use = (repo / "reports" / "tables" / "tool_use_results.md").read_text()
     rows = [line.split("|")[1].strip() for line in tool_use.splitlines() if line.startswith("| ") and "---" not in line]
-    assert rows[1:] == ROWS, rows
+    assert rows[1:] == [*ROWS, "Base + Composer"], rows
     assert "envscaler-mini" in tool_use and "n/a |" not in tool_use, tool_use
     scores = json.loads((repo / "metrics" / "agentic" / "eval" / "lopd.json").read_text())["eval_agentic@lopd"]
     for name in ("envscaler", "bfcl_base", "bfcl_miss_func", "bfcl_miss_param", "bfcl_long_context",
@@ -96,13 +103,16 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     agentic_train = json.loads((repo / "plots" / "agentic" / "train" / "lopd.json").read_text())
     assert len(agentic_train) == 2 and "tool_calls_per_step" in agentic_train[0]
     assert (repo / "reports" / "tables" / "behavior.md").read_text().count("| ") >= 8
-    for figure in ("plots/train/lopd.png", "reports/figures/training_curves_agentic.png"):
+    decoded = (repo / "reports" / "figures" / "latent_decode.md").read_text()
+    assert decoded.count("| with task |") == decoded.count("| without task |") > 0, decoded[:2000]
+    for figure in ("plots/train/lopd.png", "reports/figures/training_curves_agentic.png",
+                   "reports/figures/latent_decode.png"):
         assert (repo / figure).read_bytes()[:4] == b"\x89PNG", figure
 
     # every metric DVC reads is a number; the histories are DVC plots
     shown = json.loads(_run(["dvc", "metrics", "show", "--json"], repo, env))
     files = {path: data["data"] for path, data in shown[""]["data"].items()}
-    assert len(files) == 17 and all("error" not in data for data in files.values()), files
+    assert len(files) == 21 and all("error" not in data for data in files.values()), files
     leaves = [v for data in files.values() for section in data.values() for v in _leaves(section)]
     assert leaves and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in leaves)
     plots = json.loads(_run(["dvc", "plots", "show", "--json"], repo, env))["data"]
@@ -132,7 +142,7 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     ran = {e["name"]: e["revs"][0]["data"] for e in baseline["experiments"]}
     assert [ran[name]["params"]["params.yaml"]["data"]["margin"] for name in SWEEP] == [0.02, 0.05]
     beta = {name: ran[name]["metrics"]["metrics/train/lopd.json"]["data"]["train_lopd"]["beta_final"] for name in SWEEP}
-    assert beta["margin-002"] != beta["sdpo-ema-01"], beta  # the margin changes the dual variable's path
+    assert beta[MARGIN_EXP] != beta["sdpo-ema-01"], beta  # the margin changes the dual variable's path
     # `make exps` (dvc exp show --only-changed, minus hashes, timings and CI bounds) fits a 200-column terminal
     drop = re.search(r"--drop '([^']+)'", (repo / "Makefile").read_text()).group(1).replace("$$", "$")
     view = _run(["dvc", "exp", "show", "--only-changed", "--no-pager", "--drop", drop], repo, {**env, "COLUMNS": "200"})
@@ -146,6 +156,22 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
         assert {r.info.run_name for r in children} == branch
         assert all(r.data.tags["dvc.experiment"] == name and r.data.tags["dvc.stage"] == r.info.run_name
                    for r in children)
+    # the figures script collects the experiment as Fig. 3's m = 0.02 point, names the points not run yet, draws
+    # Fig. 4 from the workspace's curves, and adds the files to the newest `report` run
+    drawn = _run([sys.executable, "scripts/sweep.py", "draw", "fig3", "fig4"], repo,
+                 {**env, "LOPD_MLFLOW_URI": f"sqlite:///{store}"})
+    assert "fig3: not run yet: fig3-frozen_phi0" in drawn, drawn
+    fig3 = list(csv.DictReader((repo / "reports" / "figures" / "fig3.csv").open()))
+    assert {r["point"]: r["status"] for r in fig3}["m=0.02"] == "ok" and sum(r["status"] == "ok" for r in fig3) == 1
+    point = next(r for r in fig3 if r["point"] == "m=0.02")
+    lopd_metrics = ran[MARGIN_EXP]["metrics"]["metrics/train/lopd.json"]["data"]["train_lopd"]
+    assert float(point["value"]) == lopd_metrics["val_reward_final"] and int(point["n"]) == lopd_metrics["val_n"]
+    assert {r["point"] for r in csv.DictReader((repo / "reports" / "figures" / "fig4.csv").open())} == {"lopd", "sdpo"}
+    for name in ("fig3.png", "fig3.pdf", "fig4.png"):
+        assert (repo / "reports" / "figures" / name).stat().st_size > 0, name
+    report = client.search_runs([runs[0].info.experiment_id], "attributes.run_name = 'report'",
+                                order_by=["attributes.start_time DESC"], max_results=1)[0]
+    assert {"fig3.png", "fig4.csv"} <= {a.path for a in client.list_artifacts(report.info.run_id)}
 
     # a DVC remote holds the results: a new clone pulls them and is up to date without running anything
     _run(["dvc", "remote", "add", "-d", "store", str(tmp_path / "remote")], repo, env)
@@ -159,7 +185,7 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
 
     # editing code marks exactly the stages that run it (`dvc status` lists the stages whose deps changed)
     for touched, marked in [("lopd/latent/composer.py", {"cold_start", "train_lopd", "cold_start_agentic",
-                                                         "train_lopd_agentic"}),
+                                                         "train_lopd_agentic", "latent_decode", *BASE_COMPOSER}),
                             ("baselines/sdpo.py", {"train@sdpo", "train_agentic@sdpo"})]:
         source = repo / touched
         original = source.read_text()

@@ -33,8 +33,15 @@ def test_train_summary_reads_the_history():
                 "privilege_margin": 0.2}]
     assert train_summary(history, []) == {"reward_final": 0.75, "reward_mean": 0.5, "rollouts": 16, "kl_final": 0.25,
                                           "delta_final": 0.2, "beta_final": 0.02}
-    validation = [{"val_reward": 0.25, "val_n": 4}, {"val_reward": 0.5, "val_n": 4}]
-    assert train_summary(history, validation) == {
+    validation = [{"val_reward": 0.25, "val_n": 4, "val_rewards": [0.0, 0.0, 1.0, 0.0]},
+                  {"val_reward": 0.5, "val_n": 4, "val_rewards": [1.0, 0.0, 1.0, 0.0]}]
+    # the final validation's 95% CI: Wilson for 2 of 4 tasks, z = 1.96, by hand
+    z2 = 1.959963984540054 ** 2
+    centre, half = (0.5 + z2 / 8) / (1 + z2 / 4), 1.959963984540054 / (1 + z2 / 4) * (0.25 / 4 + z2 / 64) ** 0.5
+    summary = train_summary(history, validation)
+    assert summary.pop("val_reward_final_ci_low") == pytest.approx(centre - half)
+    assert summary.pop("val_reward_final_ci_high") == pytest.approx(centre + half)
+    assert summary == {
         "reward_final": 0.75, "reward_mean": 0.5, "rollouts": 16, "val_reward_initial": 0.25, "val_reward_final": 0.5,
         "val_n": 4, "kl_final": 0.25, "delta_final": 0.2, "beta_final": 0.02}
     assert train_summary([{"step": 1, "reward": 1.0, "cumulative_rollouts": 4}], []) == {

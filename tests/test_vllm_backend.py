@@ -198,3 +198,18 @@ def test_make_backend_picks_the_configured_backend(engine, model_dir, tiny_model
     assert rollout.backend_name(auto, model_dir) == "hf"
     with pytest.raises(RuntimeError, match="sampling.backend=vllm: vllm is not installed .*pip install"):
         rollout.make_backend(model_dir, tokenizer, resolve({"sampling": {"backend": "vllm"}}), 8)
+
+
+def test_prompt_embeddings_sample_what_the_ids_do_and_need_the_engine_flag(engine, model_dir, tokenizer, prompts):
+    """Latent context reaches the engine as input embeddings: the prompts' own token embeddings give the tokens
+    the ids give (greedy, float32), as HFBackend does; an engine built without the flag refuses them."""
+    greedy = SamplingParams(temperature=0.7, top_p=1.0, top_k=1, max_new_tokens=16)
+    model = load_model(model_dir, "float32")
+    with torch.no_grad():
+        own = [model.get_input_embeddings()(torch.tensor(p)) for p in prompts]
+    cfg = resolve({"profile": "smoke", "sampling": {"backend": "vllm", "dtype": "float32", "kv_cache_gib": 0.25}})
+    with_embeds = rollout.make_backend(model_dir, tokenizer, cfg, batch_size=8, prompt_embeds=True)
+    by_embeds = with_embeds.generate(prompts, greedy, seed=0, embeds=own)
+    assert [c.token_ids for c in by_embeds] == [c.token_ids for c in engine.generate(prompts, greedy, seed=0)]
+    with pytest.raises(ValueError, match="prompt_embeds=True"):
+        engine.generate(prompts, greedy, seed=0, embeds=own)

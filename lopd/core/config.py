@@ -387,12 +387,18 @@ class LOPDConfig(MethodConfig):
     """AdamW learning rate of the composer (LoRA + QFormer) during joint training."""
     train_composer: bool = True
     """False freezes the composer at its cold start phi_0 (the paper's "Frozen phi_0" ablation row)."""
+    margin_constraint: bool = True
+    """The privilege-margin constraint Delta >= m with its dual beta. False removes it: beta stays 0, so the loss
+    has no beta (m - Delta) term, which is how the paper reads "without the margin constraint (m = 0)" (Fig. 3's
+    m = 0 point). True with `margin: 0` is the literal constraint Delta >= 0: beta still rises whenever Delta < 0."""
 
     def __post_init__(self) -> None:
         _check(self.top_m >= 1, "lopd.top_m: must be >= 1")
         _check(self.anchor_weight >= 0, "lopd.anchor_weight: must be >= 0")
         _check(self.dual_lr >= 0, "lopd.dual_lr: must be >= 0")
         _check(self.beta_init >= 0, "lopd.beta_init: must be >= 0")
+        _check(self.margin_constraint or self.beta_init == 0,
+               "lopd.beta_init: must be 0 when lopd.margin_constraint is false (beta stays 0 without the constraint)")
         _check(self.composer_lr > 0, "lopd.composer_lr: must be > 0")
         self._check_steps("lopd")
 

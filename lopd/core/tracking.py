@@ -374,3 +374,29 @@ def _configure_system_metrics(mlflow) -> None:
         mlflow.set_system_metrics_sampling_interval(_SYSTEM_METRICS_INTERVAL_S)
     # its INFO lines (started, no GPU found, stopped) would clutter every training log; warnings still show
     logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
+
+
+def log_to_latest_run(cfg: Config, run_name: str, files: Sequence[str | Path]) -> bool:
+    """Add `files` as artifacts of the newest run named `run_name` in the profile's experiment (the figures script
+    adds its figures to the `report` run). False when there is no such run or MLflow is off; an MLflow failure
+    warns and returns False: the files on disk are the result."""
+    uri = mlflow_uri(cfg)
+    if uri == OFF:
+        return False
+    try:
+        probe_server(uri)
+        import mlflow
+
+        with store_lock(uri):
+            client = mlflow.MlflowClient(uri)
+            experiment = client.get_experiment_by_name(f"{cfg.tracking.experiment_prefix}-{cfg.profile}")
+            runs = [] if experiment is None else client.search_runs(
+                [experiment.experiment_id], f"attributes.run_name = '{_KEY_CHARS.sub('_', run_name)}'",
+                order_by=["attributes.start_time DESC"], max_results=1)
+            for path in files if runs else []:
+                client.log_artifact(runs[0].info.run_id, str(path))
+        return bool(runs)
+    except Exception as err:  # noqa: BLE001 - an MLflow outage must not lose the figures
+        print(f"warning: MLflow: could not add files to the {run_name!r} run ({type(err).__name__}: {err})",
+              file=sys.stderr)
+        return False

@@ -99,7 +99,8 @@ class VLLMBackend:
     """Batched sampling on an in-process vLLM engine holding its own copy of the policy in `dtype`."""
 
     def __init__(self, model_dir: str | Path, stop_ids: Sequence[int], dtype: str = "bfloat16", *,
-                 gpu_memory_utilization: float = 0.5, kv_cache_gib: float = 2.0, prefix_caching: bool = True):
+                 gpu_memory_utilization: float = 0.5, kv_cache_gib: float = 2.0, prefix_caching: bool = True,
+                 prompt_embeds: bool = False):
         # The engine core and its worker run in this process: weights can be pushed without copies or pickling,
         # and the samplers are seeded from here. Must be set before vllm is imported.
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -119,7 +120,9 @@ class VLLMBackend:
             # (`SamplingParams.stop`; without one vLLM ignores them silently); calls without any do not detokenize.
             # It adds the tokenizer's eos to the stops, which `stop_ids` holds already (rollout._stop_ids).
             generation_config="vllm",  # the model folder's generation_config.json must not add stops or defaults
-            hf_overrides={"head_dtype": "float32"})
+            hf_overrides={"head_dtype": "float32"},
+            enable_prompt_embeds=prompt_embeds)  # `generate(..., embeds=...)`: prompts given as input embeddings
+        self.prompt_embeds = prompt_embeds
         if self.cuda:  # one process: vLLM's worker takes the first visible GPU, the one device() names
             kwargs.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=True)
         else:
@@ -140,8 +143,14 @@ class VLLMBackend:
         """Cumulative wall time inside `generate` and token counts; `cached_prompt_tokens` of the prompt tokens were
         prefix-cache hits (their KV blocks were reused, not recomputed)."""
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, seed: int) -> list[Completion]:
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, seed: int,
+                 embeds: Sequence[torch.Tensor] | None = None) -> list[Completion]:
         from vllm import SamplingParams as EngineParams
+
+        if embeds is not None and not self.prompt_embeds:
+            raise ValueError("VLLMBackend: prompt embeddings need an engine built with prompt_embeds=True")
+        if embeds is not None and [len(e) for e in embeds] != [len(p) for p in prompts]:
+            raise ValueError("VLLMBackend: each prompt's embeddings must have one row per prompt token")
 
         engine_params = EngineParams(
             temperature=1.0,  # T is in the logits (module docstring)
@@ -154,7 +163,9 @@ class VLLMBackend:
         # rather than disabled when quiet: vLLM divides by a disabled bar's elapsed time, which is 0.
         bar = functools.partial(progress, unit="seq", transient=True) if enabled() else False
         with _seeded(seed):
-            outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], engine_params, use_tqdm=bar)
+            requests = ([{"prompt_token_ids": list(p)} for p in prompts] if embeds is None else
+                        [{"prompt_embeds": e.detach().to("cpu", self.dtype)} for e in embeds])
+            outputs = self.llm.generate(requests, engine_params, use_tqdm=bar)
         completions = []
         for out in outputs:
             sample = out.outputs[0]

@@ -1,9 +1,10 @@
-"""The experience bank: successful training-split rollouts of the base model, stored observation-lite.
+"""The experience bank: successful training-split rollouts of the base model.
 
-An entry is (task text, trace, response): `trace` is the compact form the retriever and the composer
-read (coding: the solution code; agentic: `tool(args) -> short result` lines), `response` the full
-assistant text the cold start trains on. The bank is a JSONL file with a version header line; no
-evaluation task may ever enter it (`check_no_eval_overlap`, run on every write and read).
+An entry is (task text, trace, response, turns): `trace` is the compact, observation-lite form the retriever and
+the composer read (coding: the solution code; agentic: `tool(args) -> short result` lines), `response` the
+rollout's text (what a demonstration pool shows), `turns` the episode's tokens as the policy sampled them, which
+the cold start trains on. The bank is a JSONL file with a version header line; no evaluation task may ever enter
+it (`check_no_eval_overlap`, run on every write and read).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from lopd.core.jsonl import check_fields, read_jsonl_objects
 from lopd.core.models import load_tokenizer
 from lopd.core.progress import progress, write
 from lopd.core.rollout import Rollouts, Task, make_backend, sampling_params, step_seed
+from lopd.core.trajectory import Trajectory, Turn
 
-BANK_VERSION = 1
+BANK_VERSION = 2  # 2: entries carry the episode's tokens (`turns`)
 
 
 @dataclass(frozen=True)
@@ -31,8 +33,33 @@ class BankEntry:
     trace: str
     """Observation-lite trajectory: what retrieval embeds and the composer encodes."""
     response: str
-    """The successful assistant response, the cold start's NLL target."""
+    """The rollout's text: the completion (code), or the observation-lite trace (agentic)."""
     reward: float
+    turns: list[list[list[int]]]
+    """The episode after its prompt, as sampled: `[[context_ids, action_ids], ...]`, the first context empty (a
+    teacher's prompt takes its place), later contexts the environment's tokens. The cold start's NLL target is
+    every action token, the environment's masked out (`episode`)."""
+
+    def __post_init__(self) -> None:
+        if not self.turns or any(not isinstance(t, list) or len(t) != 2 for t in self.turns):
+            raise ValueError("field 'turns' must be a non-empty array of [context_ids, action_ids] pairs")
+        if self.turns[0][0]:
+            raise ValueError("field 'turns': the first turn's context must be empty (the prompt is not stored)")
+        if any(not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
+               for turn in self.turns for ids in turn):
+            raise ValueError("field 'turns' must hold arrays of integer token ids")
+
+    def episode(self) -> Trajectory:
+        """The entry's episode as a trajectory without its prompt (a teacher view adds one): contexts masked,
+        actions trained on."""
+        return Trajectory(self.task_id, [Turn(context, actions, [0.0] * len(actions))
+                                         for context, actions in self.turns])
+
+
+def episode_turns(trajectory: Trajectory) -> list[list[list[int]]]:
+    """A trajectory's turns as a bank entry stores them: the prompt dropped, everything else as sampled."""
+    return [[[] if i == 0 else list(turn.context_ids), list(turn.action_ids)]
+            for i, turn in enumerate(trajectory.turns)]
 
 
 def task_text(messages: list[dict[str, str]]) -> str:
@@ -50,20 +77,21 @@ def trace_function(domain: str) -> Callable[[str], str]:
     return lambda response: response
 
 
-def successful_entries(candidates: Iterable[tuple[str, str, str, float]], threshold: float,
+def successful_entries(candidates: Iterable[tuple[str, str, Trajectory]], threshold: float,
                        trace_of: Callable[[str], str]) -> list[BankEntry]:
-    """Bank entries from (task_id, task text, response, reward) rollouts: keep reward >= threshold and
-    drop repeats of the same trace for the same task (pure; order preserved)."""
+    """Bank entries from (task_id, task text, trajectory) rollouts: keep reward >= threshold and drop repeats of
+    the same trace for the same task (pure; order preserved)."""
     seen: set[tuple[str, str]] = set()
     entries = []
-    for task_id, task, response, reward in candidates:
+    for task_id, task, trajectory in candidates:
+        response, reward = trajectory.response, trajectory.reward
         if reward < threshold:
             continue
         trace = trace_of(response)
         if (task_id, trace) in seen:
             continue
         seen.add((task_id, trace))
-        entries.append(BankEntry(task_id, task, trace, response, float(reward)))
+        entries.append(BankEntry(task_id, task, trace, response, float(reward), episode_turns(trajectory)))
     return entries
 
 
@@ -119,8 +147,13 @@ def read_records(path: str | Path, record_type: type, version_key: str, version:
         raise ValueError(f"{path}: line {number}: not a valid {what} header "
                          f"({version_key} {meta.get(version_key)!r}, expected {version})")
     types = get_type_hints(record_type)
-    records = [record_type(**check_fields(value, types, f"{path}: line {number}: not a valid {what} entry"))
-               for number, value in rows[1:]]
+    records = []
+    for number, value in rows[1:]:
+        where = f"{path}: line {number}: not a valid {what} entry"
+        try:  # the record's own checks (__post_init__) name the field, not the file
+            records.append(record_type(**check_fields(value, types, where)))
+        except ValueError as err:
+            raise ValueError(str(err) if str(err).startswith(where) else f"{where}: {err}") from None
     return records, meta
 
 
@@ -134,9 +167,9 @@ def read_bank(path: str | Path) -> tuple[list[BankEntry], dict]:
 
 
 def sample_rollouts(cfg: Config, tasks: list[Task], collect: Rollouts, base_dir: str | Path,
-                    tasks_per_batch: int = 32) -> list[tuple[str, str, str, float]]:
-    """`bank.samples_per_task` base-model rollouts per training task, scored:
-    (task_id, task text, response, reward) in task order. Seeded per batch of tasks."""
+                    tasks_per_batch: int = 32) -> list[tuple[str, str, Trajectory]]:
+    """`bank.samples_per_task` base-model rollouts per training task, scored: (task_id, task text, trajectory)
+    in task order. Seeded per batch of tasks."""
     tokenizer = load_tokenizer(base_dir)
     backend = make_backend(base_dir, tokenizer, cfg, cfg.sampling.batch_size)
     params = sampling_params(cfg, cfg.sampling.max_new_tokens)
@@ -147,11 +180,10 @@ def sample_rollouts(cfg: Config, tasks: list[Task], collect: Rollouts, base_dir:
             trajectories = collect(backend, tokenizer, chunk, params, step_seed(cfg.seed, b, rank=BANK_SEED_RANK),
                                    cfg.bank.samples_per_task)
             by_id = {t.task_id: t for t in chunk}
-            out += [(t.task_id, task_text(by_id[t.task_id].messages), t.response, t.reward)
-                    for t in trajectories]
+            out += [(t.task_id, task_text(by_id[t.task_id].messages), t) for t in trajectories]
             bar.update(len(chunk))
             write(f"[build_bank] {start + len(chunk)}/{len(tasks)} tasks, "
-                  f"{sum(r >= cfg.bank.success_threshold for *_, r in out)} successes")
+                  f"{sum(t.reward >= cfg.bank.success_threshold for *_, t in out)} successes")
     return out
 
 

@@ -2,7 +2,8 @@
 latent context, backbone frozen, so the composer starts out producing informative context.
 
 For every bank entry the teacher reads its task with the latent context of `n_ret` retrieved entries
-(never its own task unless self-retrieval is on) and is scored on the entry's response. Afterwards the
+(never its own task unless self-retrieval is on) and is scored on the entry's own sampled tokens, environment
+output masked as in the student's loss. Afterwards the
 cold-start latents c_phi0 of every training task are cached for LOPD's anchor term.
 
 Every step is checkpointed to `progress.pt` in the output folder (written to a temporary file, then renamed), so a
@@ -34,7 +35,6 @@ from lopd.core.progress import progress, write
 from lopd.latent.retrieval import Retriever, load_bank
 from lopd.core.rollout import Task
 from lopd.core.tracking import Tracker
-from lopd.core.trajectory import Trajectory, Turn
 
 COMPOSER_FILE, ANCHORS_FILE, PROGRESS_FILE = "composer.pt", "anchors.pt", "progress.pt"
 STAGE_MODULE = "pipelines.cold_start"
@@ -51,15 +51,13 @@ def build_composer(cfg: Config, base_dir: str | Path) -> tuple[Composer, object]
 def latent_nll(composer: Composer, tokenizer, entries: list[BankEntry], retrieved: list[list[int]],
                bank: list[BankEntry], tasks: list[Task], framing: tuple[str, str],
                accelerator: Accelerator) -> torch.Tensor:
-    """Mean over entries of the per-token NLL of each entry's response under the frozen backbone with the
-    latent context composed from its retrieved entries."""
+    """Mean over entries of the per-token NLL of each entry's actions (its episode as sampled, environment tokens
+    in context but not scored) under the frozen backbone with the latent context composed from its retrieved
+    entries."""
     traces = [[bank[i].trace for i in idx] for idx in retrieved]
     with accelerator.autocast():
         latents = compose(composer, [e.task for e in entries], traces)
-        responses = [tokenizer(e.response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-                     for e in entries]
-        trajectories = [Trajectory(e.task_id, [Turn([], r, [0.0] * len(r))]) for e, r in zip(entries, responses)]
-        batch, starts = teacher_batch(tokenizer, trajectories, [t.messages for t in tasks], framing,
+        batch, starts = teacher_batch(tokenizer, [e.episode() for e in entries], [t.messages for t in tasks], framing,
                                       [lat.shape[0] for lat in latents], tokenizer.pad_token_id,
                                       [t.tools for t in tasks], composer.device)
         hidden_B_L_D = composer.teacher_hidden(batch, latents, starts)

@@ -49,20 +49,26 @@ FRAMINGS: dict[str, tuple[str, str]] = {
 }
 
 
+def trace_text(trace: str) -> str:
+    """A retrieved trace as the encoder reads it; alone, it is the encoder's input without task conditioning."""
+    return f"Reference past trajectory:\n{trace}"
+
+
 def encoder_text(task: str, trace: str) -> str:
-    return f"Task to solve:\n{task}\n\nReference past trajectory:\n{trace}"
+    return f"Task to solve:\n{task}\n\n{trace_text(trace)}"
 
 
 def teacher_prompt_ids(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]], framing: tuple[str, str],
-                       n_latent: int, tools: Sequence[dict[str, Any]] = ()) -> tuple[list[int], int]:
+                       n_latent: int, tools: Sequence[dict[str, Any]] = (), *,
+                       continue_final: bool = False) -> tuple[list[int], int]:
     """The teacher's prompt: the framing and a placeholder go into the first user message, the chat template
     renders it, the text is split at the placeholder and each half tokenised on its own, and `n_latent` pad
-    ids fill the gap. Returns (ids, index of the first latent slot)."""
+    ids fill the gap. Returns (ids, index of the first latent slot). `continue_final` as for `chat_text`."""
     before, after = framing
     first_user = next(i for i, m in enumerate(messages) if m["role"] == "user")
     framed = [dict(m) for m in messages]
     framed[first_user]["content"] = f"{before}\n{LATENT_PLACEHOLDER}\n{after}\n\n{messages[first_user]['content']}"
-    rendered = chat_text(tokenizer, framed, tools)
+    rendered = chat_text(tokenizer, framed, tools, continue_final=continue_final)
     head, tail = rendered.split(LATENT_PLACEHOLDER)
     head_ids = tokenizer(head, add_special_tokens=False)["input_ids"]
     tail_ids = tokenizer(tail, add_special_tokens=False)["input_ids"]

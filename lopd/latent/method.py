@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import torch
 
-from lopd.latent.bank import BankEntry, task_text, trace_function
+from lopd.latent.bank import BankEntry, episode_turns, task_text, trace_function
 from lopd.latent.cold_start import ANCHORS_FILE, COMPOSER_FILE
 from lopd.latent.composer import FRAMINGS, Composer, compose, teacher_batch
 from lopd.core.config import Config
@@ -127,7 +127,8 @@ class LOPD(Method):
         return loss, metrics
 
     def after_step(self, metrics: dict[str, float], trajectories: list[Trajectory]) -> dict[str, float]:
-        self.beta = dual_update(self.beta, self.cfg.margin, metrics["privilege_margin"], self.cfg.lopd.dual_lr)
+        if self.cfg.lopd.margin_constraint:
+            self.beta = dual_update(self.beta, self.cfg.margin, metrics["privilege_margin"], self.cfg.lopd.dual_lr)
         if self.embedder is not None:
             self._grow([t for t in trajectories if t.reward >= self.cfg.bank.success_threshold])
         return {"beta_next": self.beta, "bank_size": len(self.bank)}
@@ -137,7 +138,7 @@ class LOPD(Method):
         for traj in successes:
             response = traj.response
             new.append(BankEntry(traj.task_id, task_text(self.messages[traj.task_id]), self.trace_of(response),
-                                 response, traj.reward))
+                                 response, traj.reward, episode_turns(traj)))
         if new:
             self.retriever.add(self.embedder.embed([document_text(e) for e in new]), [e.task_id for e in new])
             self.bank.extend(new)

@@ -85,11 +85,16 @@ class Retriever:
         never an entry of the task itself unless self_retrieval is on."""
         if task_id not in self.query_vectors:
             raise KeyError(f"no cached query embedding for task {task_id!r} (rebuild the bank)")
+        return self.search(self.query_vectors[task_id], n, task_id)
+
+    def search(self, query_E: np.ndarray, n: int, task_id: str) -> list[int]:
+        """`retrieve` for a query vector not in the cache (an evaluation task's): best `n` entries, best first,
+        none of `task_id`'s own unless self_retrieval is on."""
         own = 0 if self.self_retrieval else self.entry_task_ids.count(task_id)
         k = min(n + own, self.index.ntotal)
         if k == 0:
             return []
-        _, idx = self.index.search(self.query_vectors[task_id][None].astype(np.float32), k)
+        _, idx = self.index.search(np.asarray(query_E, dtype=np.float32)[None], k)
         keep = [int(i) for i in idx[0] if i >= 0 and (self.self_retrieval or self.entry_task_ids[i] != task_id)]
         return keep[:n]
 

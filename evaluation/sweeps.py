@@ -1,0 +1,159 @@
+"""The paper's analysis sweeps (§4.3, Figs. 3 and 5) as DVC experiments, and how their results are read back.
+
+A sweep is a list of points, each a set of `-S key=value` overrides of params.yaml; `scripts/sweep.py` queues one
+DVC experiment per point, named `<sweep>-<point>`, that runs only the stage its metric needs (so everything it
+does not change comes from the cache), then collects every point from `dvc exp show --json`. Each figure shows a
+student metric, never teacher-side numbers: the held-out validation reward of LOPD's student in the code domain
+(greedy, on `data.validation_tasks` training-distribution tasks), the EnvScaler and ACEBench scores of its
+evaluation in the agentic domain (the paper's).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from evaluation.stats import wilson_interval
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One student metric of a sweep point, as DVC shows it: `metrics_file` -> `stage` -> `key` (with the keys of
+    its 95% CI and n beside it). `scale` turns it into the plotted unit."""
+
+    label: str
+    metrics_file: str
+    stage: str
+    key: str
+    low: str
+    high: str
+    n: str
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class Sweep:
+    name: str
+    title: str
+    x_label: str
+    points: dict[str, dict[str, Any]]
+    """Point label -> its params.yaml overrides, in plotting order."""
+    default: str
+    """The label of the point that equals the default configuration (drawn dashed / highlighted)."""
+    x: dict[str, float] | None = None
+    """Numeric x per point (a line plot), or None (categorical bars)."""
+
+
+def _ace(suite: str, label: str) -> Metric:
+    return Metric(label, "metrics/agentic/eval/lopd.json", "eval_agentic@lopd", f"{suite}.score",
+                  f"{suite}.score_ci_low", f"{suite}.score_ci_high", f"{suite}.n_tasks", 0.01)
+
+
+VALIDATION = Metric("Validation reward (LOPD student, greedy, held out)", "metrics/train/lopd.json", "train_lopd",
+                    "val_reward_final", "val_reward_final_ci_low", "val_reward_final_ci_high", "val_n")
+ENVSCALER = _ace("envscaler", "EnvScaler reward (LOPD student)")
+METRICS = {"code": [VALIDATION],
+           "agentic": [ENVSCALER, _ace("acebench_multi_step", "ACEBench multi-step"),
+                       _ace("acebench_multi_turn", "ACEBench multi-turn")]}
+"""What each domain's sweep point is scored by; the ACEBench aggregate is derived from its two suites."""
+TARGET_STAGE = {"code": "train_lopd", "agentic": "eval_agentic@lopd"}
+"""The stage a point runs (with whatever upstream stages its overrides change): the one that writes its metric."""
+
+K_VALUES, N_RET_VALUES = (8, 16, 32, 64, 128), (1, 2, 3, 5, 10)
+SWEEPS = {
+    "fig3": Sweep("fig3", "Effect of joint optimisation (paper Fig. 3)", "composer training",
+                  {"frozen φ0": {"lopd.train_composer": False},
+                   "m=0 (no constraint)": {"margin": 0, "lopd.margin_constraint": False},
+                   **{f"m={m}": {"margin": m} for m in (0.01, 0.02, 0.05, 0.1)}},
+                  default="m=0.05"),
+    "fig5a": Sweep("fig5a", "Sensitivity to latent tokens K (paper Fig. 5a)", "latent tokens K",
+                   {f"K={k}": {"latent_tokens": k} for k in K_VALUES}, default="K=32",
+                   x={f"K={k}": k for k in K_VALUES}),
+    "fig5b": Sweep("fig5b", "Sensitivity to retrievals n_ret (paper Fig. 5b-e)", "retrieved trajectories n_ret",
+                   {f"n_ret={n}": {"n_ret": n} for n in N_RET_VALUES}, default="n_ret=3",
+                   x={f"n_ret={n}": n for n in N_RET_VALUES}),
+}
+FIGURES = {"fig3": ["fig3"], "fig5": ["fig5a", "fig5b"]}
+"""Figure -> the sweeps it draws (Fig. 4 needs none: it is the default run's curves)."""
+
+SWEEP_BUDGET = {"cpu": {"lopd.steps": 4, "cold_start.steps": 4}}
+"""Step budgets of every sweep point where the profile's own would not fit (2 cores: LOPD 4 steps x 16 rollouts,
+half the default run's, after a 4-step cold start, a third of its; the README gives the cost). The points of a
+sweep share them, so they compare with each other (not with the default run); other profiles run their own."""
+
+
+def experiment_name(sweep: str, point: str) -> str:
+    """A DVC experiment name for a point (ASCII letters, digits, '.', '-', '_'): `fig3-m_0.05`, `fig3-frozen_phi0`."""
+    return f"{sweep}-" + re.sub(r"[^0-9A-Za-z.\-]+", "_", point.replace("φ", "phi")).strip("_")
+
+
+def overrides(point: dict[str, Any], profile: str) -> list[str]:
+    """`dvc exp run` arguments for a point: its overrides, plus the sweep step budgets of the profile."""
+    values = {**point, **{k: v for k, v in SWEEP_BUDGET.get(profile, {}).items() if k not in point}}
+    return [arg for key, value in values.items() for arg in ("-S", f"{key}={_yaml(value)}")]
+
+
+def _yaml(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def experiments(exp_show: Sequence[dict], baseline: str) -> dict[str, dict]:
+    """Name -> {"params": flat params.yaml values, "metrics": {file: data}} of every finished experiment on the
+    baseline commit `baseline` (`dvc exp show --json`'s rows)."""
+    out = {}
+    for row in exp_show:
+        rev = str(row.get("rev") or "")
+        if not rev or not (rev.startswith(baseline) or baseline.startswith(rev)):  # full or short hashes
+            continue
+        for exp in row.get("experiments") or []:
+            data = (exp.get("revs") or [{}])[0].get("data") or {}
+            if exp.get("name") and data.get("metrics"):
+                params = ((data.get("params") or {}).get("params.yaml") or {}).get("data") or {}
+                out[exp["name"]] = {"params": params,
+                                    "metrics": {f: (m or {}).get("data") or {} for f, m in data["metrics"].items()}}
+    return out
+
+
+def _dig(data: dict, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return None
+        data = data[part]
+    return data
+
+
+def read_metric(metrics: dict[str, dict], metric: Metric) -> dict[str, float] | None:
+    """The metric's value, CI and n from one experiment's metrics, in plotted units; None when it has none."""
+    section = (metrics.get(metric.metrics_file) or {}).get(metric.stage) or {}
+    value, low, high, n = (_dig(section, k) for k in (metric.key, metric.low, metric.high, metric.n))
+    if value is None:
+        return None
+    return {"value": value * metric.scale, "low": None if low is None else low * metric.scale,
+            "high": None if high is None else high * metric.scale, "n": n}
+
+
+def pooled(a: dict[str, float] | None, b: dict[str, float] | None) -> dict[str, float] | None:
+    """The n-weighted mean of two suites' scores (the ACEBench aggregate) with a Wilson interval on the pooled n
+    (exact for 0/1 scores, conservative for fractional ones)."""
+    if not a or not b or not a["n"] or not b["n"]:
+        return None
+    n = a["n"] + b["n"]
+    mean = (a["value"] * a["n"] + b["value"] * b["n"]) / n
+    low, high = wilson_interval(min(max(mean, 0.0), 1.0), int(n))
+    return {"value": mean, "low": low, "high": high, "n": n}
+
+
+def collect(sweep: Sweep, domain: str, runs: dict[str, dict]) -> list[dict[str, Any]]:
+    """One row per (point, metric): its value and CI, or status "missing" when the experiment has not run."""
+    rows = []
+    for point in sweep.points:
+        name = experiment_name(sweep.name, point)
+        metrics = runs.get(name, {}).get("metrics", {})
+        values = {m.label: read_metric(metrics, m) for m in METRICS[domain]}
+        if domain == "agentic":
+            values["ACEBench aggregate"] = pooled(*(values[m.label] for m in METRICS[domain][1:]))
+        for label, value in values.items():
+            rows.append({"figure": sweep.name, "point": point, "x": (sweep.x or {}).get(point), "metric": label,
+                         "experiment": name, "status": "ok" if value else "missing", **(value or {})})
+    return rows

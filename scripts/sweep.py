@@ -1,0 +1,161 @@
+"""The paper's analysis figures from DVC experiments: `python scripts/sweep.py run fig3` queues one experiment per
+sweep point that has not run on this commit, runs the queue, then draws; `draw fig3` only draws what has run.
+
+Figures (reports/figures/<figure>.{png,pdf,csv}; each also logged to the latest `report` MLflow run):
+  fig3  effect of joint optimisation: a frozen phi_0 and margins m in {0 (no constraint), 0.01, 0.02, 0.05, 0.1}
+  fig4  training dynamics: LOPD and the strongest baselines of the default run (no experiments needed)
+  fig5  sensitivity: latent tokens K in {8, ..., 128} and retrievals n_ret in {1, 2, 3, 5, 10}
+Each point runs only the stage its metric needs (evaluation.sweeps.TARGET_STAGE) and what that stage's changed
+params invalidate upstream; everything else comes from the cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from evaluation import sweeps  # noqa: E402
+from evaluation.paper_figures import draw_dynamics, draw_sweep  # noqa: E402
+from evaluation.stats import score_ci  # noqa: E402
+from lopd.core.config import ConfigError, load_config  # noqa: E402
+
+FIGURES_DIR = REPO / "reports" / "figures"
+CSV_FIELDS = ["figure", "point", "x", "metric", "value", "low", "high", "n", "experiment", "status"]
+DYNAMICS_BASELINES = 2
+"""Fig. 4 draws LOPD, GRPO and this many other baselines: those with the highest final validation reward."""
+
+
+def dvc(*args: str) -> str:
+    proc = subprocess.run(["dvc", *args], cwd=REPO, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"error: dvc {' '.join(args)} failed: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+    return proc.stdout
+
+
+def head() -> str:
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def finished_runs() -> dict[str, dict]:
+    return sweeps.experiments(json.loads(dvc("exp", "show", "--json")), head())
+
+
+def queue(figure: str, domain: str, profile: str) -> list[str]:
+    """Queue every point of the figure's sweeps that has no finished experiment on this commit; their names."""
+    done, queued = finished_runs(), []
+    waiting = dvc("queue", "status")
+    for sweep in map(sweeps.SWEEPS.get, sweeps.FIGURES[figure]):
+        for point, values in sweep.points.items():
+            name = sweeps.experiment_name(sweep.name, point)
+            if name in done or re.search(rf"\b{re.escape(name)}\b.*\b(Queued|Running)\b", waiting):
+                continue
+            dvc("exp", "run", "--queue", "-n", name, sweeps.TARGET_STAGE[domain], *sweeps.overrides(values, profile))
+            queued.append(name)
+    return queued
+
+
+def run_queue() -> None:
+    """Start one worker (two cores cannot share one LOPD run) and wait until nothing is queued or running."""
+    dvc("queue", "start", "-j", "1")
+    while re.search(r"\b(Queued|Running)\b", status := dvc("queue", "status")):
+        time.sleep(30)
+    if "Failed" in status:
+        print(f"some experiments failed (dvc queue logs <name>):\n{status}")
+
+
+def draw(figure: str, domain: str, profile: str, model: str) -> list[Path]:
+    """Draw a figure from what has run; returns the files written."""
+    out = FIGURES_DIR / figure
+    if figure == "fig4":
+        return draw_fig4(out, domain, profile, model)
+    runs, files, rows = finished_runs(), [], []
+    for sweep in map(sweeps.SWEEPS.get, sweeps.FIGURES[figure]):
+        mine = sweeps.collect(sweep, domain, runs)
+        rows += mine
+        budget = sweeps.SWEEP_BUDGET.get(profile, {})
+        title = (f"{sweep.title}: {domain} domain, {profile} profile, {model}"
+                 + "".join(f", {key} {value}" for key, value in budget.items()))
+        target = out if len(sweeps.FIGURES[figure]) == 1 else FIGURES_DIR / sweep.name
+        files += draw_sweep(mine, list(sweep.points), sweep.default, sweep.x_label, sweep.x is not None,
+                            target.with_suffix(".png"), title)
+    write_csv(out.with_suffix(".csv"), rows)
+    missing = sorted({r["experiment"] for r in rows if r["status"] == "missing"})
+    if missing:
+        print(f"{figure}: not run yet: {', '.join(missing)}")
+    return [*files, out.with_suffix(".csv")]
+
+
+def draw_fig4(out: Path, domain: str, profile: str, model: str) -> list[Path]:
+    """The default run's training curves of LOPD, GRPO and the strongest other baselines."""
+    sub = "" if domain == "code" else "agentic/"
+    load = lambda kind, m: (json.loads(p.read_text()) if (p := REPO / "plots" / f"{sub}{kind}" / f"{m}.json").exists()  # noqa: E731
+                            else [])
+    params = load_config(REPO / "params.yaml")
+    trained = [m for m in params.methods if m != "vanilla" and load("train", m)]
+    final = {m: (load("validation", m) or [{}])[-1].get("val_reward", -1.0) for m in trained}
+    others = sorted((m for m in trained if m not in ("lopd", "grpo")), key=lambda m: (-final[m], m))
+    shown = [m for m in ("lopd", "grpo") if m in trained] + others[:DYNAMICS_BASELINES]
+    rows = [{"figure": "fig4", "point": m, "x": h["cumulative_rollouts"], "metric": kind, "value": h[key],
+             "n": h.get("val_n"), "experiment": "workspace", "status": "ok"}
+            for m in shown for kind, key in (("train", "reward"), ("validation", "val_reward")) for h in load(kind, m)]
+    write_csv(out.with_suffix(".csv"), rows)
+    title = f"Training dynamics (paper Fig. 4): {domain} domain, {profile} profile, {model}"
+    files = draw_dynamics({m: load("train", m) for m in shown}, {m: load("validation", m) for m in shown},
+                          out.with_suffix(".png"), title, lambda rewards: score_ci(rewards))
+    return [*files, out.with_suffix(".csv")]
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, CSV_FIELDS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def log_to_report_run(cfg, files: list[Path]) -> None:
+    """Add the figure files to the latest MLflow run named `report` (the one the tables are on), if there is one."""
+    from lopd.core.tracking import log_to_latest_run
+
+    if not log_to_latest_run(cfg, "report", files):
+        print("MLflow: no `report` run to add the figures to (run `dvc repro report` first); files are in "
+              f"{FIGURES_DIR.relative_to(REPO)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("action", choices=["run", "queue", "draw"])
+    parser.add_argument("figures", nargs="+", choices=["fig3", "fig4", "fig5"])
+    parser.add_argument("--domain", choices=["code", "agentic"],
+                        help="sweep domain (default: agentic on the paper profile, else code: the cpu model's "
+                             "learning signal is in code)")
+    args = parser.parse_args()
+    try:
+        cfg = load_config(REPO / "params.yaml")
+    except ConfigError as err:
+        sys.exit(f"error: {err}")
+    domain = args.domain or ("agentic" if cfg.profile == "paper" else "code")
+    sweep_figures = [f for f in args.figures if f in sweeps.FIGURES]
+    if args.action in ("run", "queue"):
+        queued = [name for f in sweep_figures for name in queue(f, domain, cfg.profile)]
+        print(f"queued {len(queued)} experiment(s): {', '.join(queued) or 'none (every point has run)'}")
+        if args.action == "run" and queued:
+            run_queue()
+    if args.action in ("run", "draw"):
+        files = [path for f in args.figures for path in draw(f, domain, cfg.profile, cfg.model.name)]
+        log_to_report_run(cfg, files)
+        print("wrote " + ", ".join(str(p.relative_to(REPO)) for p in files))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""The analysis sweeps: experiment names and overrides, reading points back from `dvc exp show --json`, the ACEBench
+aggregate, the figures (missing points named) and adding files to the newest MLflow `report` run."""
+
+import math
+
+import mlflow
+import pytest
+
+from evaluation import sweeps
+from evaluation.paper_figures import draw_dynamics, draw_sweep
+from evaluation.stats import score_ci
+from lopd.core.config import resolve
+from lopd.core.tracking import log_to_latest_run
+
+
+def test_every_point_has_a_distinct_valid_experiment_name_and_its_overrides():
+    names = [sweeps.experiment_name(s.name, p) for s in sweeps.SWEEPS.values() for p in s.points]
+    assert len(set(names)) == len(names) and all(n.isascii() and " " not in n for n in names)
+    assert sweeps.experiment_name("fig3", "frozen φ0") == "fig3-frozen_phi0"
+    assert sweeps.experiment_name("fig3", "m=0 (no constraint)") == "fig3-m_0_no_constraint"
+    fig3 = sweeps.SWEEPS["fig3"].points
+    assert sweeps.overrides(fig3["m=0 (no constraint)"], "smoke") == [
+        "-S", "margin=0", "-S", "lopd.margin_constraint=false"]
+    assert sweeps.overrides(fig3["frozen φ0"], "cpu") == [
+        "-S", "lopd.train_composer=false", "-S", "lopd.steps=4", "-S", "cold_start.steps=4"]
+    assert [v["latent_tokens"] for v in sweeps.SWEEPS["fig5a"].points.values()] == [8, 16, 32, 64, 128]
+    assert [v["n_ret"] for v in sweeps.SWEEPS["fig5b"].points.values()] == [1, 2, 3, 5, 10]
+    for sweep in sweeps.SWEEPS.values():  # each sweep's default point is the default configuration
+        defaults = resolve({"profile": "cpu"}).to_dict()
+        assert all(defaults[k.split(".")[0]] == v if "." not in k else defaults[k.split(".")[0]][k.split(".")[1]] == v
+                   for k, v in sweep.points[sweep.default].items()), sweep.name
+
+
+def _exp(name, metrics):
+    return {"name": name, "revs": [{"data": {"params": {"params.yaml": {"data": {}}}, "metrics": metrics}}]}
+
+
+def test_points_are_read_from_dvc_exp_show_on_this_commit_only():
+    lopd = {"train_lopd": {"val_reward_final": 0.5, "val_reward_final_ci_low": 0.3, "val_reward_final_ci_high": 0.7,
+                           "val_n": 32}}
+    show = [{"rev": "workspace", "experiments": None},
+            {"rev": "abc123", "experiments": [_exp("fig3-m_0.02", {"metrics/train/lopd.json": {"data": lopd}}),
+                                              _exp("fig3-frozen_phi0", {})]},  # queued, no metrics yet
+            {"rev": "old999", "experiments": [_exp("fig3-m_0.1", {"metrics/train/lopd.json": {"data": lopd}})]}]
+    runs = sweeps.experiments(show, "abc123")
+    assert set(runs) == {"fig3-m_0.02"}
+    rows = sweeps.collect(sweeps.SWEEPS["fig3"], "code", runs)
+    assert [r["point"] for r in rows] == list(sweeps.SWEEPS["fig3"].points)
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert len(ok) == 1 and ok[0]["point"] == "m=0.02" and (ok[0]["value"], ok[0]["low"], ok[0]["high"],
+                                                             ok[0]["n"]) == (0.5, 0.3, 0.7, 32)
+
+
+def test_the_acebench_aggregate_pools_both_suites():
+    a, b = {"value": 0.5, "n": 10}, {"value": 0.2, "n": 30}
+    got = sweeps.pooled(a, b)
+    p, n, z = (0.5 * 10 + 0.2 * 30) / 40, 40, 1.959963984540054
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    assert got["value"] == pytest.approx(p) and got["n"] == 40
+    assert (got["low"], got["high"]) == pytest.approx((centre - half, centre + half))
+    assert sweeps.pooled(a, None) is None and sweeps.pooled(a, {"value": 0.0, "n": 0}) is None
+    metrics = {"metrics/agentic/eval/lopd.json": {"eval_agentic@lopd": {
+        "envscaler": {"score": 40.0, "score_ci_low": 30.0, "score_ci_high": 50.0, "n_tasks": 20},
+        "acebench_multi_step": {"score": 50.0, "n_tasks": 10}, "acebench_multi_turn": {"score": 20.0, "n_tasks": 30}}}}
+    rows = sweeps.collect(sweeps.SWEEPS["fig5b"], "agentic", {"fig5b-n_ret_3": {"metrics": metrics}})
+    mine = {r["metric"]: r for r in rows if r["point"] == "n_ret=3"}
+    assert mine["EnvScaler reward (LOPD student)"]["value"] == pytest.approx(0.4)
+    assert mine["ACEBench aggregate"]["value"] == pytest.approx(p)
+
+
+def test_figures_draw_what_has_run_and_name_the_rest(tmp_path):
+    rows = sweeps.collect(sweeps.SWEEPS["fig5a"], "code", {"fig5a-K_32": {"metrics": {"metrics/train/lopd.json": {
+        "train_lopd": {"val_reward_final": 0.5, "val_reward_final_ci_low": 0.3, "val_reward_final_ci_high": 0.7,
+                       "val_n": 32}}}}})
+    files = draw_sweep(rows, list(sweeps.SWEEPS["fig5a"].points), "K=32", "K", True, tmp_path / "f.png", "t")
+    assert [f.name for f in files] == ["f.png", "f.pdf"] and all(f.stat().st_size > 0 for f in files)
+    history = [{"cumulative_rollouts": 16 * i, "reward": i / 4} for i in range(1, 4)]
+    validation = [{"cumulative_rollouts": 0, "val_reward": 0.5, "val_rewards": [0.0, 1.0]},
+                  {"cumulative_rollouts": 48, "val_reward": 1.0, "val_rewards": [1.0, 1.0]}]
+    files = draw_dynamics({"lopd": history}, {"lopd": validation}, tmp_path / "d.png", "t", score_ci)
+    assert files[0].read_bytes()[:4] == b"\x89PNG"
+
+
+def test_files_go_to_the_newest_report_run(tmp_path, monkeypatch):
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("LOPD_MLFLOW_URI", store)
+    cfg = resolve({"profile": "smoke"})
+    figure = tmp_path / "fig3.png"
+    figure.write_bytes(b"png")
+    assert not log_to_latest_run(cfg, "report", [figure])  # no run yet
+    mlflow.set_tracking_uri(store)
+    experiment = mlflow.set_experiment(f"{cfg.tracking.experiment_prefix}-{cfg.profile}")
+    ids = []
+    for _ in range(2):
+        with mlflow.start_run(run_name="report", experiment_id=experiment.experiment_id) as run:
+            ids.append(run.info.run_id)
+    assert log_to_latest_run(cfg, "report", [figure])
+    client = mlflow.MlflowClient(store)
+    assert [a.path for a in client.list_artifacts(ids[1])] == ["fig3.png"] and not client.list_artifacts(ids[0])
