@@ -23,17 +23,18 @@ IGNORE = shutil.ignore_patterns(".venv", ".git", "models", "checkpoints", "bank"
                                 "__pycache__", ".pytest_cache", ".hypothesis")
 
 
-# One baseline keeps the suite inside its time budget (each DVC stage costs ~7 s of start-up here): SDPO, a trained
-# baseline with a teacher. Every stage kind, both domains and both ablation paths are still covered; each baseline
-# trains in tests/test_baselines.py and vanilla's base-model checkpoint is evaluated in tests/test_pipelines_cli.py.
-# `dvc exp run -S profile=smoke` itself runs all seven methods.
+# One baseline and one code benchmark keep the suite inside its time budget (each DVC stage costs ~7 s of start-up
+# here): SDPO, a trained baseline with a teacher, on HumanEval+. Every stage kind, both domains and both ablation
+# paths are still covered; each baseline trains in tests/test_baselines.py, vanilla's base-model checkpoint is
+# evaluated in tests/test_pipelines_cli.py, MBPP+ is scored in tests/test_evalplus_bench.py. `dvc exp run -S
+# profile=smoke` itself runs all seven methods on both benchmarks.
 BASELINES = ["sdpo"]
 ROWS = ["SDPO", "LOPD"]
-BASE_COMPOSER = {"eval_base_composer@humaneval_plus", "eval_base_composer@mbpp_plus", "eval_agentic_base_composer"}
+BASE_COMPOSER = {"eval_base_composer@humaneval_plus", "eval_agentic_base_composer"}
 """Table 3's Base + Composer: the base model with LOPD's composer, so on the LOPD branch."""
-LOPD_BRANCH = {"train_lopd", "eval@lopd-humaneval_plus", "eval@lopd-mbpp_plus", "train_lopd_agentic",
+LOPD_BRANCH = {"train_lopd", "eval@lopd-humaneval_plus", "train_lopd_agentic",
                "eval_agentic@lopd", "latent_decode", *BASE_COMPOSER, "report"}
-SDPO_BRANCH = {"train@sdpo", "eval@sdpo-humaneval_plus", "eval@sdpo-mbpp_plus", "train_agentic@sdpo",
+SDPO_BRANCH = {"train@sdpo", "eval@sdpo-humaneval_plus", "train_agentic@sdpo",
                "eval_agentic@sdpo", "report"}
 MARGIN_EXP = "fig3-m_0.02"  # named as scripts/sweep.py names Fig. 3's m = 0.02 point, so the figure collects it
 SWEEP = {MARGIN_EXP: (["-S", "margin=0.02"], LOPD_BRANCH), "sdpo-ema-01": (["-S", "sdpo.ema_rate=0.1"], SDPO_BRANCH)}
@@ -60,6 +61,7 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     # of the stages here (the unit tests run the smoke profile's bf16 paths)
     smoke = ["-S", "profile=smoke", "-S", f"data.shared_dir={os.path.relpath(SHARED, repo)}",
              "-S", f"baseline_methods={BASELINES}", "-S", f"methods={[*BASELINES, 'lopd']}",
+             "-S", "benchmarks=[humaneval_plus]",
              "-S", "sampling.dtype=float32", "-S", "train.mixed_precision=no"]
     _run(["git", "init", "-q"], repo, env)
     _run(["git", "add", "-A"], repo, env)
@@ -112,7 +114,7 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     # every metric DVC reads is a number; the histories are DVC plots
     shown = json.loads(_run(["dvc", "metrics", "show", "--json"], repo, env))
     files = {path: data["data"] for path, data in shown[""]["data"].items()}
-    assert len(files) == 21 and all("error" not in data for data in files.values()), files
+    assert len(files) == 18 and all("error" not in data for data in files.values()), files
     leaves = [v for data in files.values() for section in data.values() for v in _leaves(section)]
     assert leaves and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in leaves)
     plots = json.loads(_run(["dvc", "plots", "show", "--json"], repo, env))["data"]

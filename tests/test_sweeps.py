@@ -90,10 +90,11 @@ def test_files_go_to_the_newest_report_run(tmp_path, monkeypatch):
     figure.write_bytes(b"png")
     assert not log_to_latest_run(cfg, "report", [figure])  # no run yet
     mlflow.set_tracking_uri(store)
-    experiment = mlflow.set_experiment(f"{cfg.tracking.experiment_prefix}-{cfg.profile}")
+    experiment_id = mlflow.create_experiment(f"{cfg.tracking.experiment_prefix}-{cfg.profile}",
+                                             artifact_location=(tmp_path / "artifacts").as_uri())
     ids = []
     for _ in range(2):
-        with mlflow.start_run(run_name="report", experiment_id=experiment.experiment_id) as run:
+        with mlflow.start_run(run_name="report", experiment_id=experiment_id) as run:
             ids.append(run.info.run_id)
     assert log_to_latest_run(cfg, "report", [figure])
     client = mlflow.MlflowClient(store)
