@@ -25,6 +25,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from evaluation.coding.taco import CodingTask, TestReport, run_tests
 from lopd.core.jsonl import read_jsonl_objects
 
 VERSION_WINDOWS = {"lcb_v5": (date(2024, 8, 1), date(2025, 2, 1)), "lcb_v6": (date(2025, 2, 1), date(2025, 5, 1))}
@@ -40,6 +41,8 @@ _FIELDS = {"question_title": str, "question_content": str, "platform": str, "que
 
 @dataclass(frozen=True)
 class TestCase:
+    __test__ = False  # not a pytest test class
+
     input: str
     output: str
     testtype: str
@@ -180,3 +183,31 @@ def stdout_matches(expected: str, got: str) -> bool:
         except InvalidOperation:
             return False
     return True
+
+
+def value_matches(expected: Any, got: Any) -> bool:
+    """LiveCodeBench's functional comparison: the returned value (tuples as lists, which the sandbox's report
+    already does) equals the expected output read as JSON, exactly."""
+    return expected == got
+
+
+COMPARISON = (stdout_matches, value_matches)
+PER_TEST_SECONDS = 6.0
+"""LiveCodeBench's per-test timeout."""
+
+
+def as_task(problem: Problem) -> CodingTask:
+    """A problem as the sandbox harness runs it: stdin tests as program input, functional tests as the call
+    `Solution().<func_name>(*args)` with one JSON argument per input line."""
+    if problem.func_name is None:
+        inputs, outputs = [t.input for t in problem.tests], [t.output for t in problem.tests]
+    else:
+        inputs = [[json.loads(line) for line in t.input.split("\n")] for t in problem.tests]
+        outputs = [json.loads(t.output) for t in problem.tests]
+    return CodingTask(problem.question_id, problem.content, problem.starter_code, problem.func_name, tuple(inputs),
+                      tuple(outputs), (), f"livecodebench:{problem.platform}")
+
+
+def run_problem(code: str, problem: Problem, per_test_seconds: float = PER_TEST_SECONDS) -> TestReport:
+    """All of a problem's tests (public and private) against `code` in the sandbox, judged as LiveCodeBench does."""
+    return run_tests(code, as_task(problem), per_test_seconds=per_test_seconds, compare=COMPARISON)

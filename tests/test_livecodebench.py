@@ -11,7 +11,7 @@ from datetime import date
 import pytest
 
 from evaluation.livecodebench import (VERSION_WINDOWS, build_messages, decode_private_tests, load_problems,
-                                      stdout_matches)
+                                      run_problem, stdout_matches)
 
 
 def _blob(payload) -> str:
@@ -106,3 +106,24 @@ def test_the_private_payload_is_read_opcode_by_opcode():
 ])
 def test_stdout_comparison_is_livecodebenchs(expected, got, same):
     assert stdout_matches(expected, got) is same
+
+
+RIGHT_STDIN = "a, b = map(int, input().split())\nprint(a + b)\n"
+WRONG_STDIN = "a, b = map(int, input().split())\nprint(a * b)\n"
+RIGHT_CALL = ("class Solution:\n    def twoSum(self, nums, target):\n        seen = {}\n"
+              "        for i, x in enumerate(nums):\n            if target - x in seen:\n"
+              "                return (seen[target - x], i)\n            seen[x] = i\n")
+WRONG_CALL = "class Solution:\n    def twoSum(self, nums, target):\n        return [1, 0]\n"
+
+
+def test_a_correct_and_a_wrong_solution_per_problem_kind_in_the_sandbox(tmp_path):
+    release = _write(tmp_path / "test.jsonl", [STDIN, CALL])
+    stdin, call = load_problems(release, (date(2024, 1, 1), date(2026, 1, 1)))
+    assert run_problem(RIGHT_STDIN, stdin).passed and run_problem(RIGHT_CALL, call).passed  # a tuple is a list
+    wrong = run_problem(WRONG_STDIN, stdin)
+    assert not wrong.passed and wrong.n_passed == 0 and "wrong_answer" in wrong.detail
+    assert not run_problem(WRONG_CALL, call).passed
+    # the private test counts: right on the public test only is wrong
+    only_public = "a, b = map(int, input().split())\nprint(3 if (a, b) == (1, 2) else 0)\n"
+    report = run_problem(only_public, stdin)
+    assert not report.passed and report.n_passed == 1 and report.n_total == 2

@@ -28,7 +28,7 @@ import re
 import secrets
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from evaluation.harness import taco_check
 from evaluation.sandbox import SandboxLimits, SandboxResult, run_python
@@ -321,9 +321,15 @@ def _values_equal(expected: Any, actual: Any) -> bool:
 _HARNESS = Path(taco_check.__file__).read_text(encoding="utf-8")
 
 
+Comparison = tuple[Callable[[str, str], bool], Callable[[Any, Any], bool]]
+"""How outputs are judged: (expected stdout, printed stdout) -> match, (expected value, returned value) -> match."""
+TACO_COMPARISON: Comparison = (stdout_matches, value_matches)
+
+
 def run_tests(code: str, task: CodingTask, limits: SandboxLimits | None = None, *,
-              per_test_seconds: float = PER_TEST_SECONDS, stop_at_first_failure: bool = False) -> TestReport:
-    """Run all tests of `task` against `code` in one sandbox process.
+              per_test_seconds: float = PER_TEST_SECONDS, stop_at_first_failure: bool = False,
+              compare: Comparison = TACO_COMPARISON) -> TestReport:
+    """Run all tests of `task` against `code` in one sandbox process, judged by `compare` (TACO's by default).
 
     The harness always stops at the first timeout, and at the first runtime error too when
     `stop_at_first_failure`; tests after a stop count as failed."""
@@ -341,7 +347,7 @@ def run_tests(code: str, task: CodingTask, limits: SandboxLimits | None = None, 
            "inputs": list(task.inputs), "caps": caps, "seconds": per_test_seconds,
            "stop_at_first_failure": stop_at_first_failure}
     result = run_python(_HARNESS, stdin=_json_dumps(job), limits=limits)
-    return _score(task, _parse_reports(result.stdout, nonce), result)
+    return _score(task, _parse_reports(result.stdout, nonce), result, compare)
 
 
 def _parse_reports(stdout: str, nonce: str) -> dict[int, dict]:
@@ -357,8 +363,9 @@ def _parse_reports(stdout: str, nonce: str) -> dict[int, dict]:
     return reports
 
 
-def _score(task: CodingTask, reports: dict[int, dict], result: SandboxResult) -> TestReport:
+def _score(task: CodingTask, reports: dict[int, dict], result: SandboxResult, compare: Comparison) -> TestReport:
     n = len(task.inputs)
+    stdout_match, value_match = compare
     if -1 in reports:  # the code did not even load
         r = reports[-1]
         why = r.get("error") or _last_line(r.get("stderr", ""))
@@ -373,10 +380,10 @@ def _score(task: CodingTask, reports: dict[int, dict], result: SandboxResult) ->
             status, why = r.get("status", "error"), r.get("error") or _last_line(r.get("stderr", ""))
         elif r.get("truncated"):
             status, why = "wrong_answer", "output far longer than expected"
-        elif task.fn_name is None and stdout_matches(task.outputs[i], r.get("output", "")):
+        elif task.fn_name is None and stdout_match(task.outputs[i], r.get("output", "")):
             n_passed += 1
             continue
-        elif task.fn_name is not None and value_matches(task.outputs[i], r.get("output")):
+        elif task.fn_name is not None and value_match(task.outputs[i], r.get("output")):
             n_passed += 1
             continue
         else:
