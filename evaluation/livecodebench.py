@@ -61,6 +61,8 @@ class Problem:
     """The method a functional (LeetCode-style) problem calls on `Solution()`; None for stdin problems."""
     tests: tuple[TestCase, ...]
     """Public tests first, then private ones: all are scored."""
+    n_public: int
+    """How many of `tests` are public."""
 
 
 def decode_private_tests(blob: str, where: str) -> str:
@@ -115,8 +117,8 @@ def parse_problem(row: dict[str, Any], where: str) -> Problem:
         metadata = json.loads(row["metadata"] or "{}")
     except json.JSONDecodeError:
         raise ValueError(f"{where}: field 'metadata' is not JSON") from None
-    tests = [*_tests(row["public_test_cases"], where, "public_test_cases"),
-             *_tests(decode_private_tests(row["private_test_cases"], where), where, "private_test_cases")]
+    public = _tests(row["public_test_cases"], where, "public_test_cases")
+    tests = [*public, *_tests(decode_private_tests(row["private_test_cases"], where), where, "private_test_cases")]
     kinds = {t.testtype for t in tests}
     if len(kinds) > 1:
         raise ValueError(f"{where}: mixes stdin and functional tests")
@@ -125,7 +127,7 @@ def parse_problem(row: dict[str, Any], where: str) -> Problem:
         raise ValueError(f"{where}: a functional problem without metadata.func_name")
     return Problem(row["question_id"], row["question_title"], row["question_content"], row["platform"], contest_date,
                    row["difficulty"], row["starter_code"], func_name if kinds == {"functional"} else None,
-                   tuple(tests))
+                   tuple(tests), len(public))
 
 
 def load_problems(path: str | Path, window: tuple[date, date]) -> list[Problem]:
@@ -211,3 +213,30 @@ def as_task(problem: Problem) -> CodingTask:
 def run_problem(code: str, problem: Problem, per_test_seconds: float = PER_TEST_SECONDS) -> TestReport:
     """All of a problem's tests (public and private) against `code` in the sandbox, judged as LiveCodeBench does."""
     return run_tests(code, as_task(problem), per_test_seconds=per_test_seconds, compare=COMPARISON)
+
+
+def score(problems: dict[str, Problem], completions: dict[str, list[str]], workers: int = 2) -> dict:
+    """Score raw model outputs (`completions[question_id]`: n samples; the code is the last fenced block) as
+    `evalplus_bench.score` does: pass@1 in percent with its 95% CI, "plus" on every test (LiveCodeBench's metric),
+    "base" on the public tests only, and per task the verdicts and the first failure of each sample."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from evaluation.coding.taco import extract_code
+    from evaluation.evalplus_bench import summarize
+    from lopd.core.progress import progress
+
+    jobs = [(qid, i) for qid in problems for i in range(len(completions[qid]))]
+
+    def run(job: tuple[str, int]) -> TestReport:
+        qid, i = job
+        return run_problem(extract_code(completions[qid][i]), problems[qid])
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        reports = list(progress(pool.map(run, jobs), desc="score livecodebench", total=len(jobs), unit="sample"))
+    per_task: dict[str, dict[str, list]] = {qid: {"base": [], "plus": [], "status": []} for qid in problems}
+    for (qid, _), report in zip(jobs, reports):
+        n_public = problems[qid].n_public
+        per_task[qid]["plus"].append(report.passed)
+        per_task[qid]["base"].append(report.first_failed is None or report.first_failed >= n_public)
+        per_task[qid]["status"].append("pass" if report.passed else report.detail)
+    return summarize("livecodebench", per_task)

@@ -11,7 +11,7 @@ from datetime import date
 import pytest
 
 from evaluation.livecodebench import (VERSION_WINDOWS, build_messages, decode_private_tests, load_problems,
-                                      run_problem, stdout_matches)
+                                      run_problem, score, stdout_matches)
 
 
 def _blob(payload) -> str:
@@ -127,3 +127,15 @@ def test_a_correct_and_a_wrong_solution_per_problem_kind_in_the_sandbox(tmp_path
     only_public = "a, b = map(int, input().split())\nprint(3 if (a, b) == (1, 2) else 0)\n"
     report = run_problem(only_public, stdin)
     assert not report.passed and report.n_passed == 1 and report.n_total == 2
+
+
+def test_scores_are_pass_at_1_on_all_tests_with_the_public_ones_as_base(tmp_path):
+    release = _write(tmp_path / "test.jsonl", [STDIN, CALL])
+    problems = {p.question_id: p for p in load_problems(release, (date(2024, 1, 1), date(2026, 1, 1)))}
+    only_public = "a, b = map(int, input().split())\nprint(3 if (a, b) == (1, 2) else 0)\n"
+    fenced = lambda code: f"Here it is:\n```python\n{code}```\nDone."  # noqa: E731
+    out = score(problems, {"abc001_a": [fenced(RIGHT_STDIN), fenced(only_public)], "leet-1": [fenced(WRONG_CALL)]})
+    assert out["per_task"]["abc001_a"]["plus"] == [True, False] and out["per_task"]["abc001_a"]["base"] == [True, True]
+    assert out["per_task"]["leet-1"]["plus"] == [False] and out["per_task"]["leet-1"]["base"] == [False]
+    assert out["pass@1_plus"] == pytest.approx(25.0) and out["pass@1_base"] == pytest.approx(50.0)
+    assert out["n_tasks"] == 2 and out["pass@1_plus_ci_low"] < 25.0 < out["pass@1_plus_ci_high"]

@@ -65,6 +65,7 @@ class TestReport:
     n_total: int
     status: str   # "ok" | "wrong_answer" | "no_code" | "error" | "timeout" | "memory" | "killed" | "sandbox_error"
     detail: str   # one line about the first failing test ("" when all pass)
+    first_failed: int | None = None  # index of the first failing test (0 when the code did not load); None: all pass
 
 
 # -----------------------------------------------------------------------------
@@ -335,7 +336,7 @@ def run_tests(code: str, task: CodingTask, limits: SandboxLimits | None = None, 
     `stop_at_first_failure`; tests after a stop count as failed."""
     n = len(task.inputs)
     if not code.strip():
-        return TestReport(False, 0, n, "no_code", "no code in the completion")
+        return TestReport(False, 0, n, "no_code", "no code in the completion", 0)
     # Outputs much longer than expected cannot match; cap what comes back to bound memory.
     caps = [2 * len(out if task.fn_name is None else _json_dumps(out)) + 1024 for out in task.outputs]
     if limits is None:
@@ -369,7 +370,7 @@ def _score(task: CodingTask, reports: dict[int, dict], result: SandboxResult, co
     if -1 in reports:  # the code did not even load
         r = reports[-1]
         why = r.get("error") or _last_line(r.get("stderr", ""))
-        return TestReport(False, 0, n, r.get("status", "error"), _one_line(f"loading the code: {why}"))
+        return TestReport(False, 0, n, r.get("status", "error"), _one_line(f"loading the code: {why}"), 0)
     n_passed, first = 0, None
     for i in range(n):
         r = reports.get(i)
@@ -394,7 +395,7 @@ def _score(task: CodingTask, reports: dict[int, dict], result: SandboxResult, co
     if first is None:
         return TestReport(True, n, n, "ok", "")
     i, status, why = first
-    return TestReport(False, n_passed, n, status, _one_line(f"test {i + 1}/{n}: {status}: {why}"))
+    return TestReport(False, n_passed, n, status, _one_line(f"test {i + 1}/{n}: {status}: {why}"), i)
 
 
 def _preview(value: Any) -> str:
