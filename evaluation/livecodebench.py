@@ -28,9 +28,10 @@ from typing import Any
 from evaluation.coding.taco import CodingTask, TestReport, run_tests
 from lopd.core.jsonl import read_jsonl_objects
 
-VERSION_WINDOWS = {"lcb_v5": (date(2024, 8, 1), date(2025, 2, 1)), "lcb_v6": (date(2025, 2, 1), date(2025, 5, 1))}
-"""Contest-date windows [start, end) of the versions: the common convention for "LiveCodeBench v5/v6" (v5:
-2024-08-01 to 2025-02-01; v6: 2025-02-01 to 2025-05-01)."""
+BENCHMARKS = ("lcb_v5", "lcb_v6")
+"""The versions, by contest-date window (`data.lcb_v5_window`, `data.lcb_v6_window`)."""
+HOW_TO_GET = ("download a code_generation_lite release (test5.jsonl, test6.jsonl, ...; the livecodebench/"
+              "code_generation_lite dataset, release_v6) and set data.livecodebench_path to the file or its folder")
 TEST_TYPES = ("stdin", "functional")
 _STRING_OPS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"}
 _HARMLESS_OPS = {"PROTO", "FRAME", "MEMOIZE", "BINPUT", "LONG_BINPUT", "PUT", "STOP"}

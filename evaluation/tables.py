@@ -27,12 +27,6 @@ from lopd.core import registry
 CODE_COLUMNS = (("lcb_v5", "LCB v5"), ("lcb_v6", "LCB v6"), ("lcb_avg", "LCB Avg"),
                 ("humaneval_plus", "HumanEval+"), ("mbpp_plus", "MBPP+"), ("evalplus_avg", "EvalPlus Avg"))
 CODE_GROUPS = {"lcb_avg": ("lcb_v5", "lcb_v6"), "evalplus_avg": ("humaneval_plus", "mbpp_plus")}
-MISSING_REASONS = {
-    "lcb_v5": "LiveCodeBench is not available offline (no release under the shared data directory) and is not yet "
-              "wired in",
-    "lcb_v6": "LiveCodeBench is not available offline (no release under the shared data directory) and is not yet "
-              "wired in",
-}
 
 
 TOOL_USE_COLUMNS = (("envscaler", "EnvScaler"), ("bfcl_base", "BFCL Base"), ("bfcl_miss_func", "Miss Func"),
@@ -236,7 +230,8 @@ def code_table(scores: dict[str, dict[str, Scores]], methods: list[str], resampl
     notes = []
     for key, label in CODE_COLUMNS:
         if all(_column_tasks(scores.get(m, {}), CODE_GROUPS.get(key, (key,))) is None for m in methods):
-            reason = MISSING_REASONS.get(key) or (
+            said = sorted({s[key].note.removeprefix("n/a: ") for s in scores.values() if key in s and s[key].note})
+            reason = "; ".join(said) or (
                 f"needs {' and '.join(dict(CODE_COLUMNS)[p] for p in CODE_GROUPS[key])}" if key in CODE_GROUPS
                 else "no evaluation stage has produced it (not in `benchmarks`)")
             notes.append(f"{label}: n/a: {reason}.")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import sys
 
-from evaluation import evalplus_bench
 from lopd.core.rollout import Task
 from lopd.latent.composer import FRAMINGS
 from lopd.latent.context import BASE_COMPOSER, latent_context_backend
@@ -16,14 +15,14 @@ from pipelines.common import BASE_MODEL_DIR, DOMAINS, parse_args, stage_name
 
 
 def main() -> None:
-    args, cfg = parse_args(__doc__, benchmark={"required": True, "choices": evalplus_bench.BENCHMARKS})
+    args, cfg = parse_args(__doc__, benchmark={"required": True, "choices": evaluate.BENCHMARKS})
     domain = DOMAINS["code"]
 
-    def wrap(backend, tokenizer, messages):
+    def wrap(backend, tokenizer, messages, continue_final):
         try:
             wrapped, composer = latent_context_backend(cfg, backend, tokenizer, BASE_MODEL_DIR, domain.bank,
                                                        domain.composer, domain.checkpoints / "lopd",
-                                                       FRAMINGS["code"], continue_final=True)
+                                                       FRAMINGS["code"], continue_final=continue_final)
         except (OSError, ValueError) as err:
             sys.exit(f"error: {stage_name('eval', 'code', BASE_COMPOSER, args.benchmark)}: {err}")
         wrapped.add_tasks([Task(tid, m) for tid, m in messages.items()])

@@ -77,7 +77,7 @@ def code_scores(result: dict) -> Scores:
     """Per-task pass@1 of an eval stage's results file: the share of a task's samples passing the EvalPlus+ tests."""
     verdicts = {tid: task["plus"] for tid, task in result["per_task"].items()}
     return Scores({tid: mean(map(float, v)) for tid, v in verdicts.items()},
-                  min((len(v) for v in verdicts.values()), default=0))
+                  min((len(v) for v in verdicts.values()), default=0), None if verdicts else result["summary"].get("note"))
 
 
 def agentic_scores(result: dict) -> Scores:

@@ -10,8 +10,13 @@ from datetime import date
 
 import pytest
 
-from evaluation.livecodebench import (VERSION_WINDOWS, build_messages, decode_private_tests, load_problems,
+from lopd.core.config import ConfigError, resolve
+from evaluation.livecodebench import (build_messages, decode_private_tests, load_problems,
                                       run_problem, score, stdout_matches)
+
+
+CONFIG = resolve({"profile": "smoke"})
+V5, V6 = CONFIG.data.livecodebench_window("lcb_v5"), CONFIG.data.livecodebench_window("lcb_v6")
 
 
 def _blob(payload) -> str:
@@ -41,8 +46,8 @@ def _write(path, rows):
 
 def test_both_problem_kinds_with_their_private_tests_and_the_version_windows(tmp_path):
     release = _write(tmp_path / "test5.jsonl", [STDIN, CALL, OLD])
-    v5 = load_problems(release, VERSION_WINDOWS["lcb_v5"])
-    v6 = load_problems(release, VERSION_WINDOWS["lcb_v6"])
+    v5 = load_problems(release, V5)
+    v6 = load_problems(release, V6)
     assert [p.question_id for p in v5] == ["abc001_a"] and [p.question_id for p in v6] == ["leet-1"]
     stdin, call = v5[0], v6[0]
     assert stdin.func_name is None and [t.input for t in stdin.tests] == ["1 2\n", "5 7\n"]
@@ -67,7 +72,7 @@ def test_a_private_blob_that_is_not_a_plain_string_is_refused_without_running_it
     row = {**STDIN, "private_test_cases": _blob(payload)}
     release = _write(tmp_path / "test.jsonl", [STDIN, row])
     with pytest.raises(ValueError, match=rf"test.jsonl: line 2: private_test_cases {message}") as err:
-        load_problems(release, VERSION_WINDOWS["lcb_v5"])
+        load_problems(release, V5)
     assert "\n" not in str(err.value) and not os.path.exists("/tmp/lcb-pickle-ran")
 
 
@@ -84,13 +89,13 @@ def test_a_private_blob_that_is_not_a_plain_string_is_refused_without_running_it
 def test_malformed_lines_are_one_line_errors_naming_file_line_and_field(tmp_path, change, message):
     release = _write(tmp_path / "test.jsonl", [{**STDIN, **change}])
     with pytest.raises(ValueError, match=message) as err:
-        load_problems(release, VERSION_WINDOWS["lcb_v5"])
+        load_problems(release, V5)
     assert str(err.value).startswith(f"{release}: line 1: ") and "\n" not in str(err.value)
 
 
 def test_a_missing_release_names_the_path(tmp_path):
     with pytest.raises(FileNotFoundError, match=str(tmp_path / "nowhere")):
-        load_problems(tmp_path / "nowhere", VERSION_WINDOWS["lcb_v5"])
+        load_problems(tmp_path / "nowhere", V5)
 
 
 def test_the_private_payload_is_read_opcode_by_opcode():
@@ -139,3 +144,12 @@ def test_scores_are_pass_at_1_on_all_tests_with_the_public_ones_as_base(tmp_path
     assert out["per_task"]["leet-1"]["plus"] == [False] and out["per_task"]["leet-1"]["base"] == [False]
     assert out["pass@1_plus"] == pytest.approx(25.0) and out["pass@1_base"] == pytest.approx(50.0)
     assert out["n_tasks"] == 2 and out["pass@1_plus_ci_low"] < 25.0 < out["pass@1_plus_ci_high"]
+
+
+def test_the_version_windows_are_the_common_convention_and_configurable():
+    assert (V5, V6) == ((date(2024, 8, 1), date(2025, 2, 1)), (date(2025, 2, 1), date(2025, 5, 1)))
+    custom = resolve({"profile": "smoke", "data": {"lcb_v6_window": ["2025-01-01", "2025-06-01"]}})
+    assert custom.data.livecodebench_window("lcb_v6") == (date(2025, 1, 1), date(2025, 6, 1))
+    for bad in (["2025-05-01", "2025-02-01"], ["2025-02-01"], ["soon", "later"]):
+        with pytest.raises(ConfigError, match="data.lcb_v5_window: expected"):
+            resolve({"profile": "smoke", "data": {"lcb_v5_window": bad}})

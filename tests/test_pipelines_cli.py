@@ -123,3 +123,33 @@ def test_a_bank_with_a_non_object_header_stops_build_pool_before_it_writes(tmp_p
     assert _error(proc) == (f"error: build_pool: {root / 'code' / 'bank' / 'experience.jsonl'}: "
                             "line 1 is a JSON array, not an object")
     assert not (root / "code" / "pool").exists()
+
+
+def test_livecodebench_without_a_release_is_n_a_naming_the_path_and_with_one_it_is_scored(tmp_path, tiny_model_dir):
+    import json
+
+    from test_livecodebench import CALL, STDIN, _write
+
+    root = tmp_path / "root"
+    params = _params(tmp_path, "data.livecodebench_path=nowhere/lcb")
+    # no base model either: an n/a evaluation loads nothing
+    proc = _run_isolated("pipelines.evaluate", root, "--params", str(params), "--method", "vanilla",
+                         "--benchmark", "lcb_v5")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((root / "code" / "results" / "eval" / "vanilla" / "lcb_v5.json").read_text())["summary"]
+    assert summary["n_tasks"] == 0 and summary["note"].startswith(f"n/a: no LiveCodeBench release at {REPO_ROOT}/nowhere/lcb")
+    metrics = json.loads((root / "code" / "metrics" / "eval" / "vanilla" / "lcb_v5.json").read_text())
+    assert metrics == {"eval@vanilla-lcb_v5": {"n_tasks": 0}}
+
+    release = _write(tmp_path / "test6.jsonl", [STDIN, CALL])
+    params = _params(tmp_path, f"data.livecodebench_path={release}")
+    (root / "models").mkdir(parents=True)
+    (root / "models" / "base").symlink_to(tiny_model_dir)
+    assert _run_isolated("pipelines.train", root, "--params", str(params), "--method", "vanilla").returncode == 0
+    proc = _run_isolated("pipelines.evaluate", root, "--params", str(params), "--method", "vanilla",
+                         "--benchmark", "lcb_v6")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((root / "code" / "results" / "eval" / "vanilla" / "lcb_v6.json").read_text())
+    assert list(result["per_task"]) == ["leet-1"] and result["summary"]["n_tasks"] == 1  # only v6's window
+    assert result["per_task"]["leet-1"]["plus"] == [False]  # a random model does not solve it
+    assert result["summary"]["protocol"].startswith("livecodebench-chat")

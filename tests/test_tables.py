@@ -111,13 +111,16 @@ def test_tie_for_second_place_is_noted():
 def test_markdown_cells_differences_and_missing_data():
     he, mbpp = _passes(0.3, 20, 0), _passes(0.5, 30, 1)
     scores = {"vanilla": _code(he, mbpp), "grpo": _code(_passes(0.4, 20, 4), mbpp), "lopd": _code(he, None)}
+    no_release = "n/a: no LiveCodeBench release at /data/livecodebench"  # what an LCB stage without data writes
+    scores["vanilla"]["lcb_v5"] = Scores({}, 0, no_release)
     table = code_table(scores, ["vanilla", "grpo", "lopd"], resamples=R)
     md = to_markdown(table, f"Code ({describe(table)})")
     assert ("### Code (n = 20 HumanEval+ / 30 MBPP+ tasks, 1 sample per task, 95% CIs: Wilson (single proportions) "
             "or bootstrap over tasks (500 resamples))") in md
     v = _rows(table)["Vanilla"]["humaneval_plus"]
     assert f"| Vanilla | n/a | n/a | n/a | {v.value:.1f} [{v.low:.1f}, {v.high:.1f}] |" in md
-    assert "LCB v5: n/a: LiveCodeBench is not available offline" in md and "LCB Avg: n/a: needs LCB v5" in md
+    assert "LCB v5: n/a: no LiveCodeBench release at /data/livecodebench." in md and "LCB Avg: n/a: needs LCB v5" in md
+    assert "LCB v6: n/a: no evaluation stage has produced it" in md
     d = table.diffs["GRPO"]["Vanilla"]["mbpp_plus"]
     assert (d.value, d.low, d.high) == (0.0, 0.0, 0.0)  # the same MBPP+ verdicts
     assert "| Method − GRPO | LCB v5 |" in md and "| Method − Vanilla | LCB v5 |" in md

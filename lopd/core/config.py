@@ -16,6 +16,7 @@ import re
 import types
 import typing
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -24,7 +25,7 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = REPO_ROOT / "conf"
 PROFILES_NAMES = tuple(sorted(p.stem for p in (CONF_DIR / "profile").glob("*.yaml")))
-KNOWN_BENCHMARKS = ("humaneval_plus", "mbpp_plus")
+KNOWN_BENCHMARKS = ("lcb_v5", "lcb_v6", "humaneval_plus", "mbpp_plus")  # Table 2's columns
 AGENTIC_BENCHMARKS = ("envscaler", "bfcl_base", "bfcl_miss_func", "bfcl_miss_param", "bfcl_long_context",
                       "acebench_multi_step", "acebench_multi_turn")  # Table 1's columns
 
@@ -505,9 +506,32 @@ class DataConfig:
     """Coding tasks held out of the training set for the validation reward (`train.val_every`): fixed by task id
     (`lopd.core.rollout.hold_out`), never trained on, never in the bank or the pool; 0 = none (the paper trains on
     the whole set)."""
+    livecodebench_path: str | None = None
+    """A LiveCodeBench `code_generation_lite` release file (test*.jsonl) or a folder of them; None: the
+    `livecodebench/` folder of `shared_dir`. Without one the lcb_v5/lcb_v6 evaluations report n/a."""
+    lcb_v5_window: list[str] = field(default_factory=lambda: ["2024-08-01", "2025-02-01"])
+    """Contest dates [start, end) of LiveCodeBench v5 (ISO dates; the common convention)."""
+    lcb_v6_window: list[str] = field(default_factory=lambda: ["2025-02-01", "2025-05-01"])
+    """Contest dates [start, end) of LiveCodeBench v6."""
 
     def __post_init__(self) -> None:
         _check(self.validation_tasks >= 0, "data.validation_tasks: must be >= 0")
+        for name in ("lcb_v5_window", "lcb_v6_window"):
+            window = getattr(self, name)
+            try:
+                start, end = (date.fromisoformat(d) for d in window)
+            except ValueError:
+                start = end = None
+            _check(len(window) == 2 and start is not None and start < end,
+                   f"data.{name}: expected [start, end] ISO dates with start < end, got {window!r}")
+
+    def livecodebench_release(self) -> Path:
+        """Where the LiveCodeBench release is looked for."""
+        return resolve_path(self.livecodebench_path) if self.livecodebench_path else self.shared_path("livecodebench")
+
+    def livecodebench_window(self, benchmark: str) -> tuple[date, date]:
+        start, end = getattr(self, f"{benchmark}_window")
+        return date.fromisoformat(start), date.fromisoformat(end)
 
     def shared_path(self, *parts: str) -> Path:
         return resolve_path(self.shared_dir).joinpath(*parts)
