@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import pickletools
 import zlib
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluation.coding.taco import CodingTask, TestReport, run_tests
+from evaluation.sandbox import SandboxLimits
 from lopd.core.jsonl import read_jsonl_objects
 
 BENCHMARKS = ("lcb_v5", "lcb_v6")
@@ -212,8 +214,11 @@ def as_task(problem: Problem) -> CodingTask:
 
 
 def run_problem(code: str, problem: Problem, per_test_seconds: float = PER_TEST_SECONDS) -> TestReport:
-    """All of a problem's tests (public and private) against `code` in the sandbox, judged as LiveCodeBench does."""
-    return run_tests(code, as_task(problem), per_test_seconds=per_test_seconds, compare=COMPARISON)
+    """All of a problem's tests (public and private) against `code` in the sandbox, judged as LiveCodeBench does,
+    within its time limits: `per_test_seconds` per test and (per_test_seconds + 1) x tests + 5 s for the run."""
+    wall = (per_test_seconds + 1) * len(problem.tests) + 5
+    limits = SandboxLimits(wall_seconds=wall, cpu_seconds=math.ceil(wall))
+    return run_tests(code, as_task(problem), limits, per_test_seconds=per_test_seconds, compare=COMPARISON)
 
 
 def score(problems: dict[str, Problem], completions: dict[str, list[str]], workers: int = 2) -> dict:
