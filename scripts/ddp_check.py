@@ -4,8 +4,9 @@ Each process trains GRPO, SDPO (EMA teacher), Skill-SD (skills) and LOPD (compos
 the given model, on its own device (`lopd.core.device`: the CPU with gloo, or one GPU per process with NCCL), then
 writes to WORK_DIR/rank<r>.pt what must agree across processes: the student's full weights, the method's state, the
 history, plus its own rewards, the device its student lived on and whether every loss was finite.
-SHARDING (`train.sharding`, default ddp) fsdp2 shards the students; that run also trains LOPD for 1 step and
-resumes it for a second ("lopd_resumed": must equal the uninterrupted "lopd") and skips the uneven-split check.
+SHARDING (`train.sharding`, default ddp) fsdp2 shards the students; that run also interrupts a 2-step LOPD run
+right after step 1's checkpoint and resumes it ("lopd_resumed": must equal the uninterrupted "lopd") and skips the
+uneven-split check.
 tests/test_multiprocess.py runs it with 2 CPU processes on the tiny model; scripts/gpu_check.py on every GPU.
 
 Usage: python -m torch.distributed.run --nproc_per_node N scripts/ddp_check.py MODEL_DIR WORK_DIR [ddp|fsdp2]
@@ -25,6 +26,7 @@ from baselines.skill_sd import SkillSD
 from lopd.core.config import resolve
 from lopd.core.device import device
 from lopd.core.distributed import ProcessSplitError, full_state_dict
+from lopd.core import loop
 from lopd.core.loop import train
 from lopd.core.rollout import Task, single_turn
 from lopd.core.tracking import Tracker
@@ -58,6 +60,28 @@ def prepare_inputs(model_dir: str | Path, work: Path) -> None:
                  embedder.embed([query_text(task_text(t.messages), "q") for t in TASKS]))
     cold_start(resolve({**OVERRIDES, "cold_start": {"steps": 0}}), model_dir, work / "bank", TASKS,
                work / "composer", FRAMINGS["code"])
+
+
+class Interrupted(BaseException):
+    """A simulated kill: a BaseException, which nothing in the training loop catches."""
+
+
+def interrupted_at_step_1(run) -> None:
+    """Call `run` with the loop's (collective) save stopping every process once step 1 is saved."""
+    real_save = loop.save
+
+    def save_then_stop(*args):
+        real_save(*args)
+        if args[5] == 1:  # save(accelerator, out_dir, model, tokenizer, optimizer, step, ...)
+            raise Interrupted
+
+    loop.save = save_then_stop
+    try:
+        run()
+    except Interrupted:
+        pass
+    finally:
+        loop.save = real_save
 
 
 def main() -> None:
@@ -103,9 +127,9 @@ def main() -> None:
         out[name] = {"weights": {k: v.detach().cpu().clone() for k, v in full_state_dict(student).items()},
                      "device": next(student.parameters()).device.type, "extra": extra, "history": history,
                      "local_rewards": local_rewards, "finite": all(math.isfinite(h["loss"]) for h in history)}
-    if sharding != "ddp":  # resume: 1 step, then the same run extended to 2 (a new process would do the same)
-        one = resolve({**overrides, "train": {**overrides["train"], "steps": 1}})
-        train(one, lopd(one), TASKS, single_turn(score), model_dir, work / "runs" / "lopd_resumed")
+    if sharding != "ddp":  # resume: a run stopped on every rank right after step 1's checkpoint, then rerun
+        interrupted_at_step_1(lambda: train(cfg, lopd(cfg), TASKS, single_turn(score), model_dir,
+                                            work / "runs" / "lopd_resumed"))
         students = []
         resumed = lopd(cfg)
         setup = resumed.setup

@@ -72,12 +72,13 @@ def _same(a, b):
 
 
 def _assert_equals_reference(out, reference):
-    """`out` holds only the final checkpoint, whose weights, AdamW state and history equal the reference run's."""
+    """`out` holds only the final checkpoint, whose weights and history equal the reference run's (the last step's
+    weights depend on the AdamW state a resumed run restored) and which, finished, keeps no AdamW state."""
     assert sorted(p.name for p in out.iterdir()) == [checkpoint.MANIFEST, checkpoint.step_name(STEPS)]
     got, want = checkpoint.load(out), checkpoint.load(reference)
     assert got.step == STEPS
     assert _same(load_file(got.model_dir / "model.safetensors"), load_file(want.model_dir / "model.safetensors"))
-    assert _same(got.state["optimizer"], want.state["optimizer"])
+    assert got.state["optimizer"] is None and want.state["optimizer"] is None
     assert _untimed(got.state["history"]) == _untimed(want.state["history"])
 
 
@@ -114,6 +115,30 @@ def test_a_kill_while_pruning_old_checkpoints_is_cleaned_up_on_rerun(tiny_model_
     monkeypatch.undo()
     assert _train(tiny_model_dir, out)["history"][-1]["step"] == STEPS
     _assert_equals_reference(out, reference)
+
+
+def test_a_kill_while_dropping_the_optimizer_state_leaves_a_checkpoint_the_rerun_finishes(tiny_model_dir, reference,
+                                                                                          tmp_path, monkeypatch):
+    out = tmp_path / "grpo"
+    _kill_at(monkeypatch, "finishing", nth=1)
+    with pytest.raises(Killed):
+        _train(tiny_model_dir, out)
+    assert checkpoint.load(out).state["optimizer"] is not None  # the old trainer state, whole
+    monkeypatch.undo()
+    assert _train(tiny_model_dir, out)["history"][-1]["step"] == STEPS
+    assert not list(out.glob(f"{checkpoint.TMP_PREFIX}*"))
+    _assert_equals_reference(out, reference)
+
+
+def test_a_larger_budget_retrains_a_finished_run_from_the_start(tiny_model_dir, reference, tmp_path, capsys):
+    out = tmp_path / "grpo"
+    shutil.copytree(reference, out)
+    capsys.readouterr()
+    result = _train(tiny_model_dir, out, steps=STEPS + 1)
+    assert (f"{out}: the checkpoint ends a finished {STEPS}-step run (no optimizer state kept to extend it); "
+            "starting fresh\n") in capsys.readouterr().out
+    assert [h["step"] for h in result["history"]] == [1, 2, 3]
+    assert _untimed(result["history"][:STEPS]) == _untimed(checkpoint.load(reference).state["history"])
 
 
 @pytest.fixture(scope="module")

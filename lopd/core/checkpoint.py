@@ -10,6 +10,10 @@ Layout of a method's checkpoint folder (e.g. checkpoints/grpo/):
                               the size of every model file (the completion check)
     step-000005/              the previous checkpoint, kept while training as a fallback (dropped once the run ends)
 
+A finished run (`finish`) keeps only its last step folder, without the AdamW state: that state is twice the
+weights' size (5 GB of a 7.5 GB checkpoint for the 0.5B model), and only resuming needs it. A larger step budget
+therefore resumes an interrupted run but retrains a finished one from the start.
+
 A save writes step N into a fresh `.tmp-*` folder, fsyncs it, renames it to `step-00000N/` and only then commits by
 atomically replacing manifest.json; older folders are deleted after the commit. A kill at any point therefore
 leaves the manifest naming a complete folder whose weights and trainer state belong to the same step. Loading reads
@@ -47,8 +51,8 @@ LEGACY = ("model", "model.tmp", TRAINER_STATE)
 """The layout before step folders: removed by the first save in the new layout."""
 _STEP_DIR = re.compile(r"step-(\d+)")
 _BUDGET_KEYS = ("steps", "save_every", "activation_checkpointing")
-"""Config keys that may change without invalidating a checkpoint: step budgets (a run may be extended), how often
-it saves, and activation checkpointing (same gradients). Not `train.sharding`: checkpoints of both modes share one
+"""Config keys that may change without invalidating a checkpoint: step budgets (an interrupted run may be extended),
+how often it saves, and activation checkpointing (same gradients). Not `train.sharding`: checkpoints of both modes share one
 format, but resuming across modes is untested, so a changed mode starts fresh."""
 
 
@@ -114,6 +118,8 @@ def stale_reason(checkpoint: Checkpoint, expected: dict[str, str], steps: int) -
         return "code or inputs changed since the checkpoint"
     if checkpoint.step > steps:
         return f"the checkpoint is from a longer run ({checkpoint.step} > {steps} steps)"
+    if checkpoint.step < steps and checkpoint.state.get("optimizer") is None:
+        return f"the checkpoint ends a finished {checkpoint.step}-step run (no optimizer state kept to extend it)"
     return None
 
 
@@ -181,6 +187,26 @@ def write_manifest(out_dir: str | Path, method: str, steps: int, weights: str) -
     _crash_point("manifest_written")
     os.replace(tmp, out_dir / MANIFEST)
     _fsync(out_dir)
+
+
+def finish(out_dir: str | Path) -> None:
+    """End a run: keep only the committed step folder and drop its AdamW state (see the module docstring). The
+    trainer state is replaced atomically, so a kill here leaves it with or without the optimizer, never broken."""
+    out_dir = Path(out_dir)
+    prune(out_dir, keep=1)
+    committed = _committed(out_dir)[0]
+    if committed is None:  # vanilla's manifest
+        return
+    path = out_dir / committed / TRAINER_STATE
+    state = torch.load(path, weights_only=True)
+    if state.get("optimizer") is None:
+        return
+    tmp = _tmp_path(out_dir, TRAINER_STATE)
+    torch.save({**state, "optimizer": None}, tmp)
+    _fsync(tmp)
+    _crash_point("finishing")
+    os.replace(tmp, path)
+    _fsync(path.parent)
 
 
 def _tmp_path(out_dir: Path, label: str) -> Path:

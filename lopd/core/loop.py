@@ -190,11 +190,12 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
         raise MethodInputError(f"{method.name}: {err}") from err
     optimizer = torch.optim.AdamW([{"params": list(model.parameters())}, *method.param_groups()], lr=cfg.train.lr,
                                   weight_decay=cfg.train.weight_decay)
-    if resumed:
+    if resumed and resumed.state["optimizer"] is not None:  # None: a finished run (checkpoint.finish)
         if sharded:
             load_full_optimizer_state(model, optimizer, resumed.state["optimizer"])
         else:
             optimizer.load_state_dict(resumed.state["optimizer"])  # AdamW moves its state to its parameters' device
+    if resumed:
         method.load_state_dict(resumed.state["method"])
         start_step, history, validated = resumed.step, resumed.state["history"], resumed.state["validation"]
         print(f"resuming {method.name} from step {start_step}")
@@ -280,7 +281,7 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
         elif not resumed:
             save(accelerator, out_dir, model, tokenizer, optimizer, 0, history, validated, fingerprint, method)
     if accelerator.is_main_process:
-        checkpoint.prune(out_dir, keep=1)  # the run is done: the fallback folder is no longer needed
+        checkpoint.finish(out_dir)  # the run is done: neither the fallback folder nor the AdamW state is needed
     accelerator.wait_for_everyone()
     return {"history": history, "validation": validated}
 
