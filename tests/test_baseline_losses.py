@@ -91,15 +91,17 @@ def test_chunked_divergences_equal_plain_in_value_and_gradient(divergence, chunk
     ht, wt = torch.randn(37, 16, generator=g), torch.randn(50, 16, generator=g)
     targets = torch.randint(0, 50, (37,), generator=g)
     kl, ls, lt = chunked_distillation(hs, ws, ht, wt, targets, fn, temperature=0.7, chunk_size=chunk)
-    (kl.sum() + ls.sum()).backward()
+    assert not ls.requires_grad  # the student's target log-prob is a weight, never differentiated
+    kl.sum().backward()
     got_grads = hs.grad.clone(), ws.grad.clone()
     hs.grad = ws.grad = None
     logp_s, logp_t = (hs @ ws.T / 0.7).log_softmax(-1), (ht @ wt.T / 0.7).log_softmax(-1)
     kl_ref, ls_ref = fn(logp_s, logp_t), logp_s[torch.arange(37), targets]
-    (kl_ref.sum() + ls_ref.sum()).backward()
+    kl_ref.sum().backward()
     assert torch.allclose(kl, kl_ref, atol=1e-5) and torch.allclose(ls, ls_ref, atol=1e-5)
     assert torch.allclose(lt, logp_t[torch.arange(37), targets], atol=1e-5)
-    assert torch.allclose(got_grads[0], hs.grad, atol=1e-5) and torch.allclose(got_grads[1], ws.grad, atol=1e-5)
+    # the weight gradient (entries up to ~11) sums over all positions, chunk by chunk: float32 roundoff ~1.4e-5
+    assert torch.allclose(got_grads[0], hs.grad, atol=1e-5) and torch.allclose(got_grads[1], ws.grad, atol=1e-4)
 
 
 # --- TRL 1.16 (trl/experimental/sdpo and sdft loss_utils) as a peer implementation -----------------------------

@@ -115,7 +115,9 @@ def _chunk_distill(hidden_s_N_D, weight_s_V_D, hidden_t_N_D, weight_t_V_D, targe
     logp_s_N_V = torch.log_softmax((hidden_s_N_D.to(weight_s_V_D.dtype) @ weight_s_V_D.T).float() / temperature, -1)
     logp_t_N_V = torch.log_softmax((hidden_t_N_D.to(weight_t_V_D.dtype) @ weight_t_V_D.T).float() / temperature, -1)
     index_N_1 = targets_N[:, None]
-    return (divergence(logp_s_N_V, logp_t_N_V), logp_s_N_V.gather(-1, index_N_1).squeeze(-1),
+    # The student's value is detached: a gather's backward keeps its whole [C, V] input, and a graph branch no
+    # loss uses is never run, so under checkpointing that input stayed alive per chunk until the step's end.
+    return (divergence(logp_s_N_V, logp_t_N_V), logp_s_N_V.detach().gather(-1, index_N_1).squeeze(-1),
             logp_t_N_V.gather(-1, index_N_1).squeeze(-1))
 
 
@@ -123,8 +125,9 @@ def chunked_distillation(hidden_s_N_D: torch.Tensor, weight_s_V_D: torch.Tensor,
                          weight_t_V_D: torch.Tensor, targets_N: torch.Tensor,
                          divergence: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], temperature: float = 1.0,
                          chunk_size: int = 256) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-position `divergence(logp_s_N_V, logp_t_N_V)`, student log pi_S(target) and teacher
-    log pi_T(target), from final hidden states, `chunk_size` positions at a time.
+    """Per-position `divergence(logp_s_N_V, logp_t_N_V)`, student log pi_S(target) (without grad: every loss uses
+    it as a stop-gradient or an importance weight) and teacher log pi_T(target) (with grad: LOPD's margin trains the
+    composer through it), from final hidden states, `chunk_size` positions at a time.
 
     Each chunk's two [C, V] log-prob tensors are recomputed in the backward pass (activation
     checkpointing), so full-vocabulary fp32 log-probs never exist for the whole sequence at once.

@@ -48,7 +48,8 @@ class PolicyOutputs:
     temperature: float
     chunk_size: int
     logp_N: torch.Tensor | None = None
-    """log pi(target) at the action positions once computed (by `logp_B_T` or by the loss)."""
+    """log pi(target) at the action positions once computed: with grad by `logp_B_T`, without by a distillation
+    loss (`chunked_distillation`), which needs it only for importance weights."""
     sampler_logp_N: torch.Tensor | None = None
     """The rollout engine's log pi_sampler(target) at the action positions (row-major, like `targets_N`)."""
     tis_cap: float | None = None
