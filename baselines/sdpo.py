@@ -9,9 +9,7 @@ student's top-K (K = 100) tokens plus a tail bucket.
 
 from __future__ import annotations
 
-from functools import partial
-
-from lopd.core.losses import topk_tail_reverse_kl
+from lopd.core.losses import TopkTailReverseKL
 from baselines.self_distill import Messages, SelfDistillation, append_to_user
 from lopd.core.trajectory import Trajectory
 
@@ -49,4 +47,4 @@ class SDPO(SelfDistillation):
         return out
 
     def divergence(self):
-        return partial(topk_tail_reverse_kl, top_k=self.cfg.sdpo.top_k, support=self.cfg.sdpo.support)
+        return TopkTailReverseKL(self.cfg.sdpo.top_k, support=self.cfg.sdpo.support)

@@ -154,7 +154,7 @@ def test_margin_zero_with_and_without_the_constraint(tiny_model_dir, bank_dir, c
     for h, delta in zip(runs[True], deltas):
         beta = max(0.0, beta + 50.0 * (0.0 - delta))
         assert h["beta_next"] == pytest.approx(beta)
-    assert beta > 0
+    assert max(h["beta_next"] for h in runs[True]) > 0  # the constraint raised beta at least once
     assert all(h["beta"] == h["beta_next"] == 0.0 for h in runs[False])
 
 

@@ -6,8 +6,8 @@ from functools import partial
 import pytest
 import torch
 
-from lopd.core.losses import (anchor_penalty, chunked_distillation, dual_update, lopd_loss, privilege_margin,
-                         sequence_means, topk_tail_reverse_kl)
+from lopd.core.losses import (TopkTailReverseKL, anchor_penalty, chunked_distillation, dual_update, lopd_loss,
+                              privilege_margin, sequence_means, topk_tail_reverse_kl)
 
 
 def brute_topm_tail_kl(p_s: list[float], p_t: list[float], m: int) -> float:
@@ -53,20 +53,52 @@ def _hidden_case(n=37, d=16, v=50, seed=0):
 @pytest.mark.parametrize("chunk", [1, 8, 37, 100])
 def test_chunked_topm_tail_equals_plain_in_value_and_gradient(chunk):
     hs, ws, ht, wt, targets = _hidden_case()
+    ws.requires_grad_(True)  # the student's output weight trains (tied embeddings)
     temperature = 0.7
-    kl, ls, lt = chunked_distillation(hs, ws, ht, wt, targets, partial(topk_tail_reverse_kl, top_k=6),
+    kl, ls, lt = chunked_distillation(hs, ws, ht, wt, targets, TopkTailReverseKL(6),
                                       temperature=temperature, chunk_size=chunk)
     assert not ls.requires_grad and lt.requires_grad  # the margin trains through the teacher's value only
     (kl.sum() + 2 * lt.sum()).backward()
-    grads = hs.grad.clone(), ht.grad.clone()
-    hs.grad = ht.grad = None
+    grads = hs.grad.clone(), ht.grad.clone(), ws.grad.clone()
+    hs.grad = ht.grad = ws.grad = None
     logp_s = (hs @ ws.T / temperature).log_softmax(-1)
     logp_t = (ht @ wt.T / temperature).log_softmax(-1)
     kl_ref = topk_tail_reverse_kl(logp_s, logp_t, 6)
     ls_ref, lt_ref = logp_s[torch.arange(37), targets], logp_t[torch.arange(37), targets]
     (kl_ref.sum() + 2 * lt_ref.sum()).backward()
-    for got, want in ((kl, kl_ref), (ls, ls_ref), (lt, lt_ref), (grads[0], hs.grad), (grads[1], ht.grad)):
+    for got, want in ((kl, kl_ref), (ls, ls_ref), (lt, lt_ref), (grads[0], hs.grad), (grads[1], ht.grad),
+                      (grads[2], ws.grad)):
         assert torch.allclose(got, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("support", ["teacher", "student"])
+@pytest.mark.parametrize("top_k", [1, 6, 50])  # 50 = the whole vocabulary: an empty tail
+def test_closed_form_gradient_equals_autograd_on_the_plain_function(support, top_k):
+    """The closed-form chunk against autograd through `topk_tail_reverse_kl` (the generic path), with arbitrary
+    upstream gradients on the KL and on the teacher's target log-prob (as LOPD's margin weights them)."""
+    hs, ws, ht, wt, targets = _hidden_case(seed=top_k)
+    ws.requires_grad_(True)
+    g = torch.Generator().manual_seed(99)
+    up_kl, up_lt = torch.randn(37, generator=g), torch.randn(37, generator=g)
+    results = []
+    for divergence in (TopkTailReverseKL(top_k, support), partial(topk_tail_reverse_kl, top_k=top_k, support=support)):
+        kl, ls, lt = chunked_distillation(hs, ws, ht, wt, targets, divergence, temperature=0.9, chunk_size=16)
+        ((kl * up_kl).sum() + (lt * up_lt).sum()).backward()
+        results.append((kl.detach(), ls, lt.detach(), hs.grad, ws.grad, ht.grad))
+        hs.grad = ws.grad = ht.grad = None
+    for got, want in zip(*results):
+        assert torch.isfinite(got).all() and torch.allclose(got, want, atol=2e-5)
+
+
+def test_closed_form_without_grad_and_with_a_trainable_teacher_weight():
+    hs, ws, ht, wt, targets = _hidden_case()
+    with torch.no_grad():
+        kl, _, lt = chunked_distillation(hs, ws, ht, wt, targets, TopkTailReverseKL(6), chunk_size=8)
+    assert not kl.requires_grad and not lt.requires_grad
+    plain = topk_tail_reverse_kl((hs @ ws.T).log_softmax(-1), (ht @ wt.T).log_softmax(-1), 6)
+    assert torch.allclose(kl, plain, atol=1e-5)
+    with pytest.raises(ValueError, match="teacher's output weight must be frozen"):
+        chunked_distillation(hs, ws, ht, wt.requires_grad_(True), targets, TopkTailReverseKL(6))
 
 
 def test_privilege_margin_and_sequence_means_match_loops():

@@ -101,6 +101,12 @@ def validate(backend, tokenizer, collect: Rollouts, tasks: Sequence[Task], max_n
             "val_rewards": rewards}
 
 
+def micro_batches(trajectories: Sequence[Trajectory], size: int) -> list[list[Trajectory]]:
+    """The update's micro-batches: sorted by length (similar lengths per micro-batch: less padding), `size` each."""
+    ordered = sorted(trajectories, key=lambda t: len(t.token_ids))
+    return [ordered[start:start + size] for start in range(0, len(ordered), size)]
+
+
 def update(model, optimizer, accelerator: Accelerator, method: Method, trajectories: list[Trajectory],
            pad_id: int, cfg: Config) -> dict[str, float]:
     """One optimizer step over the step's trajectories, accumulated over micro-batches."""
@@ -113,9 +119,7 @@ def update(model, optimizer, accelerator: Accelerator, method: Method, trajector
     # Only in a single process: under DDP every rank must run the same number of backward passes.
     single = accelerator.num_processes == 1
     active = [t for t in trajectories if (method.contributes(t) and t.num_action_tokens) or not single]
-    active.sort(key=lambda t: len(t.token_ids))  # similar lengths per micro-batch: less padding
-    for start in range(0, len(active), micro):
-        chunk = active[start:start + micro]
+    for chunk in micro_batches(active, micro):
         batch = collate(chunk, pad_id, device())
         student = policy_outputs(model, batch, cfg.sampling.temperature, cfg.train.loss_chunk_size,
                                  cfg.train.tis_cap)

@@ -5,6 +5,7 @@ B = sequences, T = target positions, D = hidden size, V = vocabulary.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -121,6 +122,110 @@ def _chunk_distill(hidden_s_N_D, weight_s_V_D, hidden_t_N_D, weight_t_V_D, targe
             logp_t_N_V.gather(-1, index_N_1).squeeze(-1))
 
 
+@dataclass(frozen=True)
+class TopkTailReverseKL:
+    """`topk_tail_reverse_kl` with its parameters bound (LOPD's top-M, SDPO's top-K). As a divergence of
+    `chunked_distillation` it takes the closed-form path (`_TopkTailChunk`) instead of autograd over [C, V]."""
+
+    top_k: int
+    support: str = "teacher"
+
+    def __call__(self, logp_s_N_V: torch.Tensor, logp_t_N_V: torch.Tensor) -> torch.Tensor:
+        return topk_tail_reverse_kl(logp_s_N_V, logp_t_N_V, self.top_k, self.support)
+
+
+def _log_softmax_(logits_C_V: torch.Tensor, shift_C: torch.Tensor | None = None,
+                  lse_C: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """log softmax of a float32 [C, V] buffer, in place, as torch.log_softmax computes it (the row max subtracted
+    first, then the log-sum-exp of the rest: accurate for the most likely tokens); returns the buffer and the two
+    per-row constants, which a recomputation passes back to get the same values bit for bit."""
+    shift_C = logits_C_V.amax(-1) if shift_C is None else shift_C
+    logits_C_V.sub_(shift_C[:, None])
+    lse_C = logits_C_V.exp().sum(-1).log() if lse_C is None else lse_C
+    return logits_C_V.sub_(lse_C[:, None]), shift_C, lse_C
+
+
+def _logits(hidden_C_D: torch.Tensor, weight_V_D: torch.Tensor, temperature: float) -> torch.Tensor:
+    """hidden @ W^T / temperature as a float32 [C, V] buffer (no graph)."""
+    return (hidden_C_D.detach().to(weight_V_D.dtype) @ weight_V_D.detach().T).float().div_(temperature)
+
+
+def _weighted_rows(coef_C_K: torch.Tensor, index_C_K: torch.Tensor, weight_V_D: torch.Tensor) -> torch.Tensor:
+    """sum_k coef[c, k] * W[index[c, k]] ([C, D]), one support column at a time (no [C, K, D] tensor)."""
+    out_C_D = coef_C_K.new_zeros(coef_C_K.shape[0], weight_V_D.shape[1])
+    for k in range(coef_C_K.shape[1]):
+        out_C_D += coef_C_K[:, k, None] * weight_V_D[index_C_K[:, k]].float()
+    return out_C_D
+
+
+class _TopkTailChunk(torch.autograd.Function):
+    """One chunk of `chunked_distillation` for the top-k + tail reverse KL, differentiated in closed form.
+
+    With p = softmax(a), q = softmax(b) (student, teacher logits over temperature), support S and tail masses
+    P = 1 - sum_S p, Q = 1 - sum_S q, and c_v = log(p_v / q_v) on S, log(P / Q) off it:
+        d KL / d a = p * (c - KL);   d KL / d b = q - p on S, q * (1 - P / Q) off S;   d log q_y / d b = e_y - q.
+    The forward pass turns these into the hidden-state gradients per unit upstream gradient ([C, D] each), so the
+    backward pass only scales them, and recomputes the student's [C, V] gradient solely for its weight gradient.
+    At most two [C, V] float32 buffers live at once (autograd over the same expression keeps about nine). The tail
+    log-masses are exact (log-sum-exp over the tokens outside S, not log(1 - head)). The teacher's output weight
+    must be frozen."""
+
+    @staticmethod
+    def forward(ctx, hidden_s_C_D, weight_s_V_D, hidden_t_C_D, weight_t_V_D, targets_C, top_k, support, temperature):
+        logp_s_C_V, shift_s_C, lse_s_C = _log_softmax_(_logits(hidden_s_C_D, weight_s_V_D, temperature))
+        logp_t_C_V, _, _ = _log_softmax_(_logits(hidden_t_C_D, weight_t_V_D, temperature))
+        support_C_K = (logp_t_C_V if support == "teacher" else logp_s_C_V).topk(top_k, dim=-1).indices
+        ls_C_K, lt_C_K = logp_s_C_V.gather(-1, support_C_K), logp_t_C_V.gather(-1, support_C_K)
+        ls_y_C = logp_s_C_V.gather(-1, targets_C[:, None]).squeeze(-1)
+        lt_y_C = logp_t_C_V.gather(-1, targets_C[:, None]).squeeze(-1)
+        tail_s_C = logp_s_C_V.scatter_(-1, support_C_K, float("-inf")).logsumexp(-1)
+        tail_t_C = logp_t_C_V.scatter_(-1, support_C_K, float("-inf")).logsumexp(-1)
+        # The KL and the coefficients c - KL in float64 ([C, K] only): c and KL can both be ~30 nats apart from
+        # a tiny difference, which float32 would leave to rounding.
+        ls64_C_K, lt64_C_K, tail_s64_C, tail_t64_C = (x.double() for x in (ls_C_K, lt_C_K, tail_s_C, tail_t_C))
+        ps_C_K, pt_C_K = ls64_C_K.exp(), lt64_C_K.exp()
+        empty_C = torch.isinf(tail_s_C)  # no student mass off the support (top_k == V): the tail term is 0
+        tail_C = torch.where(empty_C, 0.0, tail_s64_C.exp() * (tail_s64_C - tail_t64_C))
+        kl64_C = (ps_C_K * (ls64_C_K - lt64_C_K)).sum(-1) + tail_C
+        head_coef_C_K = (ps_C_K * (ls64_C_K - lt64_C_K - kl64_C[:, None])).float()
+        tail_coef_C = torch.where(empty_C, 0.0, tail_s64_C - tail_t64_C - kl64_C).float()
+        kl_C, ps_C_K, pt_C_K = kl64_C.float(), ps_C_K.float(), pt_C_K.float()
+        ctx.mark_non_differentiable(ls_y_C)
+        ctx.temperature = temperature
+        grad_s_C_D = grad_kl_t_C_D = grad_y_t_C_D = None
+        if ctx.needs_input_grad[0]:
+            # d KL / d a: p off S (the buffer, S zeroed) times the tail coefficient, the head's on S
+            g_C_V = logp_s_C_V.exp_().mul_(tail_coef_C[:, None]).scatter_(-1, support_C_K, head_coef_C_K)
+            grad_s_C_D = (g_C_V.to(weight_s_V_D.dtype) @ weight_s_V_D.detach()).float()
+        del logp_s_C_V
+        if ctx.needs_input_grad[2]:
+            qw_off_C_D = (logp_t_C_V.exp_().to(weight_t_V_D.dtype) @ weight_t_V_D.detach()).float()  # q off S
+            ratio_C = torch.where(empty_C, 0.0, (tail_s64_C - tail_t64_C).exp()).float()  # P / Q
+            qw_S_C_D = _weighted_rows(pt_C_K, support_C_K, weight_t_V_D)
+            grad_kl_t_C_D = (1 - ratio_C[:, None]) * qw_off_C_D + qw_S_C_D - _weighted_rows(ps_C_K, support_C_K,
+                                                                                              weight_t_V_D)
+            grad_y_t_C_D = weight_t_V_D[targets_C].float() - qw_off_C_D - qw_S_C_D
+        ctx.save_for_backward(hidden_s_C_D, weight_s_V_D, support_C_K, shift_s_C, lse_s_C, head_coef_C_K, tail_coef_C,
+                              grad_s_C_D, grad_kl_t_C_D, grad_y_t_C_D)
+        return kl_C, ls_y_C, lt_y_C
+
+    @staticmethod
+    def backward(ctx, grad_kl_C, _grad_ls_y_C, grad_lt_y_C):
+        (hidden_s_C_D, weight_s_V_D, support_C_K, shift_s_C, lse_s_C, head_coef_C_K, tail_coef_C, grad_s_C_D,
+         grad_kl_t_C_D, grad_y_t_C_D) = ctx.saved_tensors
+        t = ctx.temperature
+        d_hidden_s = d_weight_s = d_hidden_t = None
+        if ctx.needs_input_grad[0]:
+            d_hidden_s = (grad_kl_C[:, None] * grad_s_C_D / t).to(hidden_s_C_D.dtype)
+        if ctx.needs_input_grad[1]:  # the student's [C, V] gradient again: p (S zeroed) scaled, the head's on S
+            logp_C_V, _, _ = _log_softmax_(_logits(hidden_s_C_D, weight_s_V_D, t), shift_s_C, lse_s_C)
+            g_C_V = logp_C_V.exp_().mul_(tail_coef_C[:, None]).scatter_(-1, support_C_K, head_coef_C_K)
+            d_weight_s = (g_C_V.T @ (grad_kl_C[:, None] * hidden_s_C_D.float()) / t).to(weight_s_V_D.dtype)
+        if ctx.needs_input_grad[2]:
+            d_hidden_t = (grad_kl_C[:, None] * grad_kl_t_C_D + grad_lt_y_C[:, None] * grad_y_t_C_D) / t
+        return d_hidden_s, d_weight_s, d_hidden_t, None, None, None, None, None
+
+
 def chunked_distillation(hidden_s_N_D: torch.Tensor, weight_s_V_D: torch.Tensor, hidden_t_N_D: torch.Tensor,
                          weight_t_V_D: torch.Tensor, targets_N: torch.Tensor,
                          divergence: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], temperature: float = 1.0,
@@ -129,17 +234,26 @@ def chunked_distillation(hidden_s_N_D: torch.Tensor, weight_s_V_D: torch.Tensor,
     it as a stop-gradient or an importance weight) and teacher log pi_T(target) (with grad: LOPD's margin trains the
     composer through it), from final hidden states, `chunk_size` positions at a time.
 
-    Each chunk's two [C, V] log-prob tensors are recomputed in the backward pass (activation
-    checkpointing), so full-vocabulary fp32 log-probs never exist for the whole sequence at once.
+    Full-vocabulary log-probs never exist for the whole sequence at once. A `TopkTailReverseKL` is differentiated
+    in closed form (`_TopkTailChunk`); any other divergence by autograd, each chunk's two [C, V] log-prob tensors
+    recomputed in the backward pass (activation checkpointing).
     """
     kl, ls, lt = [], [], []
     needs_grad = torch.is_grad_enabled() and any(
         t.requires_grad for t in (hidden_s_N_D, weight_s_V_D, hidden_t_N_D, weight_t_V_D))
+    closed_form = isinstance(divergence, TopkTailReverseKL)
+    if closed_form and needs_grad and weight_t_V_D.requires_grad:
+        raise ValueError("chunked_distillation: the teacher's output weight must be frozen (requires_grad off)")
     for start in range(0, hidden_s_N_D.shape[0], chunk_size):
         end = start + chunk_size
-        args = (hidden_s_N_D[start:end], weight_s_V_D, hidden_t_N_D[start:end], weight_t_V_D, targets_N[start:end],
-                divergence, temperature)
-        out = checkpoint(_chunk_distill, *args, use_reentrant=False) if needs_grad else _chunk_distill(*args)
+        if closed_form:  # inputs detached without grad: the Function then skips the gradient precomputation
+            tensors = (hidden_s_N_D[start:end], weight_s_V_D, hidden_t_N_D[start:end], weight_t_V_D)
+            out = _TopkTailChunk.apply(*(t if needs_grad else t.detach() for t in tensors), targets_N[start:end],
+                                       divergence.top_k, divergence.support, temperature)
+        else:
+            args = (hidden_s_N_D[start:end], weight_s_V_D, hidden_t_N_D[start:end], weight_t_V_D,
+                    targets_N[start:end], divergence, temperature)
+            out = checkpoint(_chunk_distill, *args, use_reentrant=False) if needs_grad else _chunk_distill(*args)
         for acc, piece in zip((kl, ls, lt), out):
             acc.append(piece)
     if not kl:

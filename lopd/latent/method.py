@@ -11,7 +11,6 @@ then beta <- [beta + eta_beta (m - Delta)]_+. The deployed student needs no bank
 
 from __future__ import annotations
 
-from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,7 +21,7 @@ from lopd.latent.cold_start import ANCHORS_FILE, COMPOSER_FILE
 from lopd.latent.composer import FRAMINGS, Composer, compose, teacher_batch
 from lopd.core.config import Config
 from lopd.core.device import device
-from lopd.core.losses import anchor_penalty, chunked_distillation, dual_update, lopd_loss, topk_tail_reverse_kl
+from lopd.core.losses import TopkTailReverseKL, anchor_penalty, chunked_distillation, dual_update, lopd_loss
 from lopd.core.methods import Domain, Method, MethodContext, PolicyOutputs
 from lopd.core.models import load_model
 from lopd.latent.retrieval import TextEmbedder, document_text, load_bank
@@ -111,7 +110,7 @@ class LOPD(Method):
         assert hidden_t_N_D.shape == student.hidden_N_D.shape, "teacher and student action positions differ"
         kl_N, logp_s_N, logp_t_N = chunked_distillation(
             student.hidden_N_D, student.weight_V_D, hidden_t_N_D, self.composer.backbone.get_output_embeddings().weight,
-            student.targets_N, partial(topk_tail_reverse_kl, top_k=cfg.lopd.top_m, support="teacher"),
+            student.targets_N, TopkTailReverseKL(cfg.lopd.top_m, support="teacher"),
             student.temperature, student.chunk_size)
         student.logp_N = logp_s_N
         w_N = student.token_weights_N()  # train.tis_cap: weights the KL only; None when off
