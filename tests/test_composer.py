@@ -4,7 +4,8 @@ adapter isolation, and the placeholder prompt."""
 import pytest
 import torch
 
-from lopd.latent.composer import FRAMINGS, Composer, compose, inject_latents, teacher_batch, teacher_prompt_ids
+from lopd.latent.composer import (FRAMINGS, Composer, block_mask, compose, encoder_text, inject_latents,
+                                  shared_prefix_row, teacher_batch, teacher_prompt_ids)
 from lopd.core.config import ComposerConfig
 from lopd.core.models import load_model
 from lopd.core.trajectory import Trajectory, Turn
@@ -159,3 +160,62 @@ def test_composer_state_round_trips_and_rejects_a_different_shape(composer, tiny
     wider = Composer(load_model(tiny_model_dir), tokenizer, ComposerConfig(qformer_layers=2), latent_tokens=8)
     with pytest.raises(ValueError, match="latent_tokens"):
         wider.load_trainable_state(torch.load(tmp_path / "c.pt"))
+
+
+def test_shared_prefix_row_and_block_mask_against_a_loop():
+    items = [[5, 6, 7, 8], [5, 6, 9], [5, 6, 7]]
+    tokens, positions, blocks = shared_prefix_row(items)
+    assert tokens == [5, 6, 7, 8, 9, 7] and positions == [0, 1, 2, 3, 2, 2] and blocks == [-1, -1, 0, 0, 1, 2]
+    assert shared_prefix_row([[1, 2]]) == ([1, 2], [0, 1], [-1, -1])  # one item: all of it is the prefix
+    assert shared_prefix_row([[1, 2], [3]]) == ([1, 2, 3], [0, 1, 0], [0, 0, 1])
+    width = len(tokens) + 2  # two padding slots
+    pos = torch.tensor([positions + [0, 0]])
+    blk = torch.tensor([blocks + [-2, -2]])
+    got = block_mask(pos, blk)[0]
+    for q in range(width):
+        for k in range(width):
+            if blocks[q:q + 1] == []:  # padding: itself only
+                want = q == k
+            elif k >= len(tokens):
+                want = False
+            else:  # the prefix, or its own sequence up to itself
+                want = (blocks[k] == -1 or blocks[k] == blocks[q]) and positions[k] <= positions[q]
+            assert bool(got[q, k]) == want, (q, k)
+
+
+def test_shared_prefix_encoding_equals_each_item_encoded_alone(composer, tokenizer):
+    """Encoding a task's items with the shared prefix once gives every item the latents (and gradients) it gets
+    when encoded alone (the reference: the decoder on that item only, without any mask)."""
+    with torch.no_grad():  # a non-zero adapter, so the LoRA path is exercised too
+        for name, p in composer.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.02)
+    task = "Read two integers and print their sum, then their product, each on its own line."
+    groups = [[encoder_text(task, "print(a + b)"), encoder_text(task, "x = input()\n" * 30),
+               encoder_text(task, "print(a * b)")],
+              [encoder_text("Reverse a string.", "print(s[::-1])")],
+              ["Reference past trajectory:\nprint(1)", encoder_text(task, "print(2)")]]
+    got = composer.encode(groups)
+    lora = [p for n, p in composer.named_parameters() if "lora_" in n]
+    got_grads = torch.autograd.grad(sum((lat * (i + 1)).sum() for i, lat in enumerate(got)), lora)
+    want, flat = [], [t for g in groups for t in g]
+    for text in flat:
+        ids = torch.tensor([tokenizer(text, truncation=True, max_length=composer.max_item_tokens)["input_ids"]])
+        hidden = composer.backbone.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state
+        want.append(composer.qformer(hidden, torch.ones_like(ids))[0])
+    assert [lat.shape[0] for lat in got] == [3, 1, 2]
+    assert torch.allclose(torch.cat(got), torch.stack(want), atol=1e-5)
+    weights = [1] * 3 + [2] + [3] * 2
+    want_grads = torch.autograd.grad(sum((lat * w).sum() for lat, w in zip(want, weights)), lora)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(got_grads, want_grads))
+
+
+def test_compose_encodes_a_repeated_task_once(composer, monkeypatch):
+    calls = []
+    encode = composer.encode
+    monkeypatch.setattr(composer, "encode", lambda groups: calls.append(len(groups)) or encode(groups))
+    tasks, traces = ["Add.", "Sort.", "Add.", "Empty."], [["print(1)", "print(2)"], ["x"], ["print(1)", "print(2)"], []]
+    out = compose(composer, tasks, traces)
+    assert calls == [2] and out[0] is out[2]
+    assert [lat.shape[0] for lat in out] == [8, 4, 8, 0]  # K = 4 latent tokens per retrieved item
+    assert torch.allclose(out[1], compose(composer, ["Sort."], [["x"]])[0], atol=1e-6)

@@ -54,8 +54,9 @@ def test_decoded_examples_and_their_summaries(tiny_model_dir):
     assert all(len(row) == 4 for row in example.with_task + example.without_task)
     with torch.no_grad():  # brute force: the two encodings, the head, and the summaries counted by hand
         head = composer.backbone.get_output_embeddings().weight
-        lat_with, lat_without = composer.encode([encoder_text("Print 0 squared.", "print(1 ** 2)"),
-                                                 "Reference past trajectory:\nprint(1 ** 2)"])
+        # each text encoded alone (a group of one), not together as decode_examples does
+        alone = [[encoder_text("Print 0 squared.", "print(1 ** 2)")], ["Reference past trajectory:\nprint(1 ** 2)"]]
+        lat_with, lat_without = (group[0] for group in composer.encode(alone))
     best_with = [int(torch.argmax(head @ v)) for v in lat_with]
     best_without = [int(torch.argmax(head @ v)) for v in lat_without]
     assert [row[0] for row in example.with_task] == [tokenizer.decode([i]) for i in best_with]

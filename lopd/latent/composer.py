@@ -7,8 +7,8 @@ Composer Phi_phi = (Enc_psi, Comp_chi):
   one block whose weights are shared across `qformer_layers` applications.
 Each retrieved item becomes K latent tokens; J items concatenate to J*K.
 
-The same backbone object is the frozen teacher: its adapter is on only while encoding, so every
-teacher forward is the pure base model reading `input_ids` whose placeholder span is replaced by the
+The same backbone object is the frozen teacher: its adapter is on only while encoding (`Composer._adapter_off`), so
+every teacher forward is the pure base model reading `input_ids` whose placeholder span is replaced by the
 latent tokens (torch.cat over slices, so gradients reach phi).
 """
 
@@ -23,6 +23,7 @@ from typing import Any, Iterator, Sequence
 import torch
 import torch.utils.checkpoint
 from peft import LoraConfig, get_peft_model
+from peft.tuners.tuners_utils import BaseTunerLayer
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -123,6 +124,7 @@ class Composer(nn.Module):
         lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                           target_modules=LORA_TARGETS, bias="none")
         self.model = get_peft_model(backbone, lora)
+        self.adapter_layers = [m for m in self.model.modules() if isinstance(m, BaseTunerLayer)]
         # Encoder and teacher activations are recomputed in the backward pass, layer by layer. transformers
         # checkpoints only in train mode (the backbone has no dropout, so the mode changes nothing else).
         self.checkpointing = cfg.activation_checkpointing
@@ -144,15 +146,56 @@ class Composer(nn.Module):
     def device(self) -> torch.device:
         return self.qformer.queries_K_D.device
 
-    def encode(self, texts: list[str]) -> torch.Tensor:
-        """Latent tokens for each encoder text: [len(texts), K, D]."""
-        enc = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_item_tokens,
-                             return_tensors="pt", padding_side="right").to(self.device)
+    def encode(self, groups: list[list[str]]) -> list[torch.Tensor]:
+        """Latent tokens [J, K, D] for each group of encoder texts (one task's J retrieved items). Every text is
+        tokenised and truncated on its own, as if encoded alone, and gets the hidden states it would get alone: the
+        tokens a group's texts share at their start (the task) are encoded once, each text's remainder attending to
+        that prefix and to itself (a block mask, positions continuing the prefix). One encoder pass for all groups."""
+        ids = iter(self.tokenizer([t for g in groups for t in g], truncation=True,
+                                  max_length=self.max_item_tokens)["input_ids"])
+        items = [[next(ids) for _ in g] for g in groups]
+        rows = [shared_prefix_row(group) for group in items]
+        width = max(len(tokens) for tokens, _, _ in rows)
+        ids_B_L = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        positions_B_L = torch.zeros((len(rows), width), dtype=torch.long)
+        blocks_B_L = torch.full((len(rows), width), -2, dtype=torch.long)  # -2: padding, -1: the shared prefix
+        for b, (tokens, positions, blocks) in enumerate(rows):
+            ids_B_L[b, :len(tokens)] = torch.tensor(tokens)
+            positions_B_L[b, :len(tokens)] = torch.tensor(positions)
+            blocks_B_L[b, :len(tokens)] = torch.tensor(blocks)
         self.backbone.train(self.checkpointing)
+        mask = self._attention_mask(block_mask(positions_B_L, blocks_B_L))
         # the decoder of the LoRA-wrapped backbone (its adapter layers sit inside it): the last hidden state only
-        out = self.backbone.get_decoder()(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
-                                          use_cache=False)
-        return self.qformer(out.last_hidden_state, enc["attention_mask"])
+        hidden_B_L_D = self.backbone.get_decoder()(input_ids=ids_B_L.to(self.device), attention_mask=mask,
+                                                   position_ids=positions_B_L.to(self.device),
+                                                   use_cache=False).last_hidden_state
+        memory, lengths = [], []
+        for b, group in enumerate(items):
+            prefix = rows[b][2].count(-1)
+            start = prefix
+            for tokens in group:  # the item alone: the prefix's states, then its own block's
+                own = len(tokens) - prefix
+                index = torch.cat([torch.arange(prefix), torch.arange(start, start + own)]).to(self.device)
+                memory.append(hidden_B_L_D[b, index])
+                lengths.append(len(tokens))
+                start += own
+        memory_N_T_D = torch.nn.utils.rnn.pad_sequence(memory, batch_first=True)
+        mask_N_T = (torch.arange(memory_N_T_D.shape[1])[None, :] < torch.tensor(lengths)[:, None]).long()
+        latents_N_K_D = self.qformer(memory_N_T_D, mask_N_T.to(self.device))
+        return list(latents_N_K_D.split([len(g) for g in groups]))
+
+    def _attention_mask(self, allowed_B_L_L: torch.Tensor) -> torch.Tensor:
+        """The block mask as the backbone's attention implementation takes a custom 4D mask."""
+        implementation = self.backbone.config._attn_implementation
+        allowed = allowed_B_L_L[:, None].to(self.device)
+        if implementation == "sdpa":
+            return allowed
+        if implementation == "eager":
+            dtype = self.backbone.get_input_embeddings().weight.dtype
+            return torch.zeros(allowed.shape, dtype=dtype, device=self.device).masked_fill(~allowed,
+                                                                                          torch.finfo(dtype).min)
+        raise ValueError(f"composer encoder: attention implementation {implementation!r} takes no custom 4D mask "
+                         "(load the backbone with sdpa or eager attention)")
 
     def teacher_hidden(self, batch: TokenBatch, latents: list[torch.Tensor], starts: list[int]) -> torch.Tensor:
         """Final hidden states [B, L, D] of the frozen base model (adapter off) on `batch`, with each row's
@@ -169,10 +212,25 @@ class Composer(nn.Module):
     def _teacher_forward(self, batch: TokenBatch, latents: list[torch.Tensor], starts: list[int]) -> torch.Tensor:
         embeds_B_L_D = inject_latents(self.backbone.get_input_embeddings()(batch.input_ids_B_L), latents, starts)
         self.backbone.train(self.checkpointing and torch.is_grad_enabled())
-        with self.model.disable_adapter():
+        with self._adapter_off():
             out = self.backbone.get_decoder()(inputs_embeds=embeds_B_L_D, attention_mask=batch.attention_mask_B_L,
                                               use_cache=False)
         return out.last_hidden_state
+
+    @contextlib.contextmanager
+    def _adapter_off(self) -> Iterator[None]:
+        """The teacher's view of the shared backbone: every LoRA layer passes its input to its base layer only. It
+        sets the flag each layer's forward reads, which peft's `disable_adapter` sets too, but without peft's
+        requires_grad bookkeeping over every adapter weight on the way in and out (measured: ~0.14 s per switch on
+        the 0.5B model, and the teacher's recomputation switches once per layer in every backward pass)."""
+        before = [layer._disable_adapters for layer in self.adapter_layers]
+        for layer in self.adapter_layers:
+            layer._disable_adapters = True
+        try:
+            yield
+        finally:
+            for layer, disabled in zip(self.adapter_layers, before):
+                layer._disable_adapters = disabled
 
     @contextlib.contextmanager
     def _adapter_off_when_recomputed(self) -> Iterator[None]:
@@ -182,7 +240,7 @@ class Composer(nn.Module):
         checkpoint_fns = [layer._gradient_checkpointing_func for layer in self.layers]
         teacher_fn = functools.partial(
             torch.utils.checkpoint.checkpoint, use_reentrant=False,
-            context_fn=lambda: (contextlib.nullcontext(), self.model.disable_adapter()))
+            context_fn=lambda: (contextlib.nullcontext(), self._adapter_off()))
         for layer in self.layers:
             layer._gradient_checkpointing_func = teacher_fn
         try:
@@ -212,19 +270,41 @@ class Composer(nn.Module):
         torch.save(self.trainable_state(), path)
 
 
+def shared_prefix_row(items: list[list[int]]) -> tuple[list[int], list[int], list[int]]:
+    """One encoder row for a group of token sequences: their longest common prefix once, then each sequence's
+    remainder. Returns (tokens, positions, blocks): a remainder's positions continue from the prefix as in its own
+    sequence; block -1 is the prefix, j the j-th remainder."""
+    prefix = 0
+    while all(len(t) > prefix for t in items) and len({t[prefix] for t in items}) == 1:
+        prefix += 1
+    tokens, positions, blocks = list(items[0][:prefix]), list(range(prefix)), [-1] * prefix
+    for j, item in enumerate(items):
+        tokens += item[prefix:]
+        positions += range(prefix, len(item))
+        blocks += [j] * (len(item) - prefix)
+    return tokens, positions, blocks
+
+
+def block_mask(positions_B_L: torch.Tensor, blocks_B_L: torch.Tensor) -> torch.Tensor:
+    """[B, L, L] bool, query by key: a token attends to the shared prefix (block -1) and to its own block, causally
+    by position; padding (block -2) attends only to itself (a fully masked row would give NaN)."""
+    q_blocks, k_blocks = blocks_B_L[:, :, None], blocks_B_L[:, None, :]
+    visible = (k_blocks == -1) | (k_blocks == q_blocks)
+    causal = positions_B_L[:, None, :] <= positions_B_L[:, :, None]
+    real = (q_blocks != -2) & (k_blocks != -2)
+    return (visible & causal & real) | (torch.eye(blocks_B_L.shape[1], dtype=torch.bool) & (q_blocks == -2))
+
+
 def compose(composer: Composer, tasks: list[str], traces: list[list[str]]) -> list[torch.Tensor]:
     """Latent context per task: its J retrieved traces, each encoded together with the task and compressed
-    to K tokens, concatenated to [J*K, D] (one encoder pass for the whole batch)."""
-    texts = [encoder_text(task, trace) for task, ts in zip(tasks, traces) for trace in ts]
+    to K tokens, concatenated to [J*K, D]. One encoder pass for the whole batch; a task appearing more than once
+    with the same traces (several rollouts or bank entries of one task) is encoded once and its latents shared."""
     dim = composer.backbone.config.hidden_size
-    if not texts:
-        return [torch.zeros(0, dim, device=composer.device) for _ in tasks]
-    latents_N_K_D = composer.encode(texts)
-    out, start = [], 0
-    for ts in traces:
-        out.append(latents_N_K_D[start:start + len(ts)].reshape(-1, dim))
-        start += len(ts)
-    return out
+    groups = {(task, tuple(ts)): None for task, ts in zip(tasks, traces) if ts}
+    encoded = composer.encode([[encoder_text(task, trace) for trace in ts] for task, ts in groups]) if groups else []
+    latents = {key: lat.reshape(-1, dim) for key, lat in zip(groups, encoded)}
+    return [latents[(task, tuple(ts))] if ts else torch.zeros(0, dim, device=composer.device)
+            for task, ts in zip(tasks, traces)]
 
 
 def teacher_batch(tokenizer: PreTrainedTokenizerBase, trajectories: list[Trajectory],

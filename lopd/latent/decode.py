@@ -62,7 +62,7 @@ def decode_examples(composer: Composer, tokenizer, examples: Sequence[tuple[Task
     out = []
     for task, index in examples:
         entry, text = bank[index], task_text(task.messages)
-        latents_2_K_D = composer.encode([encoder_text(text, entry.trace), trace_text(entry.trace)])
+        latents_2_K_D = composer.encode([[encoder_text(text, entry.trace), trace_text(entry.trace)]])[0]
         with_ids, without_ids = (top_tokens(lat, lm_head_V_D, top_k) for lat in latents_2_K_D)
         trace_ids = set(tokenizer(entry.trace, add_special_tokens=False)["input_ids"])
         out.append(DecodedExample(
