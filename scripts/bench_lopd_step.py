@@ -8,7 +8,8 @@
      composer  `Composer.encode` over the J retrieved items of every trajectory (the LoRA-wrapped backbone, the
                task's shared tokens encoded once, then the QFormer), backward to the adapter and the QFormer.
    Then one full `update()` of LOPD and of GRPO on the same trajectories. waste = LOPD update / sum of the passes
-   (target <= 1.15); the LOPD/GRPO ratios of update and step (sampling + update) are kept too.
+   (target <= 1.15); the LOPD/GRPO ratios of update and step (sampling + update) are kept too, and the composer
+   pass with every item in its own row (`composer_items_alone_s`: what sharing the task's tokens saves).
 2. KL memory. Peak memory of the top-M + tail KL (forward + backward) over `--positions` action tokens, chunked as
    in training, against the same loss on full-vocabulary log-probs, each in a fresh process: the allocator's own
    peak (torch.profiler's running "Total Allocated") and the peak RSS above the inputs. Target: chunked <= 0.25x.
@@ -131,7 +132,7 @@ def necessary_passes(cfg, model_dir: Path, tokenizer, batches, lopd: LOPD) -> di
         model.train()
     dim = lopd.composer.backbone.config.hidden_size
     g = torch.Generator().manual_seed(0)
-    seconds = {"student": 0.0, "teacher": 0.0, "composer": 0.0}
+    seconds = {"student": 0.0, "teacher": 0.0, "composer": 0.0, "composer_items_alone": 0.0}
     for chunk_trajectories in batches:
         batch = collate(chunk_trajectories, tokenizer.pad_token_id, device())
 
@@ -160,7 +161,11 @@ def necessary_passes(cfg, model_dir: Path, tokenizer, batches, lopd: LOPD) -> di
         def composer_pass() -> None:
             sum(lat.sum() for lat in lopd.composer.encode(groups)).backward()
 
-        for name, fn in (("student", student_pass), ("teacher", teacher_pass), ("composer", composer_pass)):
+        def composer_items_alone() -> None:  # the lever's counterfactual: every item its own row, the task J times
+            sum(lat.sum() for lat in lopd.composer.encode([[text] for g in groups for text in g])).backward()
+
+        for name, fn in (("student", student_pass), ("teacher", teacher_pass), ("composer", composer_pass),
+                         ("composer_items_alone", composer_items_alone)):
             seconds[name] += timed(fn)
     return {name: round(s, 2) for name, s in seconds.items()}
 
@@ -208,11 +213,13 @@ def step_costs(cfg, model_dir: Path, rollouts: int) -> dict:
         lopd.prepare(trajectories)
         passes = necessary_passes(cfg, model_dir, tokenizer, micro_batches(trajectories, cfg.train.micro_batch_size),
                                   lopd)
+    unshared = passes.pop("composer_items_alone")
     necessary = sum(passes.values())
     return {"rollouts": len(trajectories), "action_tokens": sum(t.num_action_tokens for t in trajectories),
             "micro_batch_size": cfg.train.micro_batch_size, "n_ret": cfg.n_ret, "latent_tokens": cfg.latent_tokens,
             "sampling_s": round(sampling_s, 2), "grpo_update_s": round(grpo_s, 2), "lopd_update_s": round(lopd_s, 2),
             "passes_s": passes, "necessary_s": round(necessary, 2), "waste": round(lopd_s / necessary, 3),
+            "composer_items_alone_s": unshared,  # the same composer pass without the shared task prefix
             "target_waste": 1.15,
             "lopd_over_grpo_update": round(lopd_s / grpo_s, 3),
             "lopd_over_grpo_step": round((sampling_s + lopd_s) / (sampling_s + grpo_s), 3)}

@@ -156,13 +156,14 @@ class Composer(nn.Module):
         items = [[next(ids) for _ in g] for g in groups]
         rows = [shared_prefix_row(group) for group in items]
         width = max(len(tokens) for tokens, _, _ in rows)
-        ids_B_L = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long)
-        positions_B_L = torch.zeros((len(rows), width), dtype=torch.long)
-        blocks_B_L = torch.full((len(rows), width), -2, dtype=torch.long)  # -2: padding, -1: the shared prefix
+        cpu = torch.device("cpu")  # filled row by row on the CPU, moved once
+        ids_B_L = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long, device=cpu)
+        positions_B_L = torch.zeros((len(rows), width), dtype=torch.long, device=cpu)
+        blocks_B_L = torch.full((len(rows), width), -2, dtype=torch.long, device=cpu)  # -2: padding, -1: prefix
         for b, (tokens, positions, blocks) in enumerate(rows):
-            ids_B_L[b, :len(tokens)] = torch.tensor(tokens)
-            positions_B_L[b, :len(tokens)] = torch.tensor(positions)
-            blocks_B_L[b, :len(tokens)] = torch.tensor(blocks)
+            ids_B_L[b, :len(tokens)] = torch.tensor(tokens, device=cpu)
+            positions_B_L[b, :len(tokens)] = torch.tensor(positions, device=cpu)
+            blocks_B_L[b, :len(tokens)] = torch.tensor(blocks, device=cpu)
         self.backbone.train(self.checkpointing)
         mask = self._attention_mask(block_mask(positions_B_L, blocks_B_L))
         # the decoder of the LoRA-wrapped backbone (its adapter layers sit inside it): the last hidden state only
@@ -175,13 +176,15 @@ class Composer(nn.Module):
             start = prefix
             for tokens in group:  # the item alone: the prefix's states, then its own block's
                 own = len(tokens) - prefix
-                index = torch.cat([torch.arange(prefix), torch.arange(start, start + own)]).to(self.device)
+                index = torch.cat([torch.arange(prefix, device=self.device),
+                                   torch.arange(start, start + own, device=self.device)])
                 memory.append(hidden_B_L_D[b, index])
                 lengths.append(len(tokens))
                 start += own
         memory_N_T_D = torch.nn.utils.rnn.pad_sequence(memory, batch_first=True)
-        mask_N_T = (torch.arange(memory_N_T_D.shape[1])[None, :] < torch.tensor(lengths)[:, None]).long()
-        latents_N_K_D = self.qformer(memory_N_T_D, mask_N_T.to(self.device))
+        mask_N_T = (torch.arange(memory_N_T_D.shape[1], device=self.device)[None, :]
+                    < torch.tensor(lengths, device=self.device)[:, None]).long()
+        latents_N_K_D = self.qformer(memory_N_T_D, mask_N_T)
         return list(latents_N_K_D.split([len(g) for g in groups]))
 
     def _attention_mask(self, allowed_B_L_L: torch.Tensor) -> torch.Tensor:
@@ -292,7 +295,7 @@ def block_mask(positions_B_L: torch.Tensor, blocks_B_L: torch.Tensor) -> torch.T
     visible = (k_blocks == -1) | (k_blocks == q_blocks)
     causal = positions_B_L[:, None, :] <= positions_B_L[:, :, None]
     real = (q_blocks != -2) & (k_blocks != -2)
-    return (visible & causal & real) | (torch.eye(blocks_B_L.shape[1], dtype=torch.bool) & (q_blocks == -2))
+    return (visible & causal & real) | (torch.eye(blocks_B_L.shape[1], dtype=torch.bool, device=blocks_B_L.device) & (q_blocks == -2))
 
 
 def compose(composer: Composer, tasks: list[str], traces: list[list[str]]) -> list[torch.Tensor]:
