@@ -203,7 +203,11 @@ def step_costs(cfg, model_dir: Path, rollouts: int) -> dict:
         method.setup(MethodContext(cfg, accelerator, tokenizer, model_dir, model, tasks))
         optimizer = torch.optim.AdamW([{"params": list(model.parameters())}, *method.param_groups()], lr=cfg.train.lr)
         model, optimizer = accelerator.prepare(model, optimizer)
-        return timed(lambda: update(model, optimizer, accelerator, method, trajectories, tokenizer.pad_token_id, cfg))
+        seconds = timed(lambda: update(model, optimizer, accelerator, method, trajectories, tokenizer.pad_token_id,
+                                       cfg))
+        del model, optimizer
+        accelerator.free_memory()  # the policy and its AdamW state go (the method keeps the accelerator): 0.5B fits
+        return seconds
 
     grpo_s = one_update(GRPO(cfg.grpo))
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,11 +1,13 @@
 """Latent composer and injection on the tiny model: the paper's equivalence check, gradient routing,
 adapter isolation, and the placeholder prompt."""
 
+import types
+
 import pytest
 import torch
 
-from lopd.latent.composer import (FRAMINGS, Composer, block_mask, compose, encoder_text, inject_latents,
-                                  shared_prefix_row, teacher_batch, teacher_prompt_ids)
+from lopd.latent.composer import (FRAMINGS, Composer, attribute_set, block_mask, compose, encoder_text,
+                                  inject_latents, shared_prefix_row, teacher_batch, teacher_prompt_ids)
 from lopd.core.config import ComposerConfig
 from lopd.core.models import load_model
 from lopd.core.trajectory import Trajectory, Turn
@@ -141,6 +143,16 @@ def test_adapter_is_on_only_while_encoding(composer, tokenizer):
         teacher_after = composer.teacher_hidden(batch, no_latents, starts)
     assert not torch.allclose(before[0], after[0]), "the adapter must change the encoding"
     assert torch.equal(teacher_before, teacher_after), "the teacher forward must not see the adapter"
+
+
+def test_attribute_set_restores_each_objects_own_value_even_on_error():
+    objects = [types.SimpleNamespace(flag=False), types.SimpleNamespace(flag=True)]
+    with attribute_set(objects, "flag", "on"):
+        assert [o.flag for o in objects] == ["on", "on"]
+    assert [o.flag for o in objects] == [False, True]
+    with pytest.raises(RuntimeError), attribute_set(objects, "flag", "on"):
+        raise RuntimeError
+    assert [o.flag for o in objects] == [False, True]
 
 
 def test_qformer_weights_are_shared_across_layers(tiny_model_dir, tokenizer):

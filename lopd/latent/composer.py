@@ -112,6 +112,19 @@ class QFormer(nn.Module):
         return self.norm_out(x_J_K_D)
 
 
+@contextlib.contextmanager
+def attribute_set(objects: Sequence[Any], name: str, value: Any) -> Iterator[None]:
+    """Set attribute `name` to `value` on every object for the duration, restoring each one's own value after."""
+    before = [getattr(obj, name) for obj in objects]
+    for obj in objects:
+        setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        for obj, old in zip(objects, before):
+            setattr(obj, name, old)
+
+
 class Composer(nn.Module):
     """Enc (backbone + LoRA) and Comp (QFormer). Wraps `backbone` in place with peft: the backbone's own
     weights are frozen; only the adapter and the QFormer train."""
@@ -220,37 +233,21 @@ class Composer(nn.Module):
                                               use_cache=False)
         return out.last_hidden_state
 
-    @contextlib.contextmanager
-    def _adapter_off(self) -> Iterator[None]:
+    def _adapter_off(self) -> contextlib.AbstractContextManager[None]:
         """The teacher's view of the shared backbone: every LoRA layer passes its input to its base layer only. It
         sets the flag each layer's forward reads, which peft's `disable_adapter` sets too, but without peft's
         requires_grad bookkeeping over every adapter weight on the way in and out (measured: ~0.14 s per switch on
         the 0.5B model, and the teacher's recomputation switches once per layer in every backward pass)."""
-        before = [layer._disable_adapters for layer in self.adapter_layers]
-        for layer in self.adapter_layers:
-            layer._disable_adapters = True
-        try:
-            yield
-        finally:
-            for layer, disabled in zip(self.adapter_layers, before):
-                layer._disable_adapters = disabled
+        return attribute_set(self.adapter_layers, "_disable_adapters", True)
 
-    @contextlib.contextmanager
-    def _adapter_off_when_recomputed(self) -> Iterator[None]:
+    def _adapter_off_when_recomputed(self) -> contextlib.AbstractContextManager[None]:
         """Checkpoint the teacher's layers so that their backward-pass recomputation, which runs after the
         adapter is back on, switches it off again: the teacher's graph then holds one activation per layer
         instead of every intermediate (agentic sequences of thousands of tokens would not fit otherwise)."""
-        checkpoint_fns = [layer._gradient_checkpointing_func for layer in self.layers]
         teacher_fn = functools.partial(
             torch.utils.checkpoint.checkpoint, use_reentrant=False,
             context_fn=lambda: (contextlib.nullcontext(), self._adapter_off()))
-        for layer in self.layers:
-            layer._gradient_checkpointing_func = teacher_fn
-        try:
-            yield
-        finally:
-            for layer, fn in zip(self.layers, checkpoint_fns):
-                layer._gradient_checkpointing_func = fn
+        return attribute_set(self.layers, "_gradient_checkpointing_func", teacher_fn)
 
     def trainable_state(self) -> dict[str, torch.Tensor]:
         """The adapter's and the QFormer's weights as CPU copies (device-independent files and checkpoints)."""
