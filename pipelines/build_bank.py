@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from evaluation import evalplus_bench
+from evaluation import evalplus_bench, livecodebench
 from evaluation.agentic import envscaler_split
 from lopd.latent.bank import (check_no_eval_overlap, sample_rollouts, successful_entries, task_text, trace_function,
                               write_bank)
@@ -28,11 +28,15 @@ def evaluation_prompts(cfg, domain: str = "code") -> tuple[dict[str, str], str]:
     prompts, missing = {}, []
     for benchmark in cfg.benchmarks:
         try:
-            problems = evalplus_bench.load_problems(benchmark, cfg.data.shared_path("evalplus"))
+            if benchmark in livecodebench.BENCHMARKS:
+                problems = livecodebench.load_problems(cfg.data.livecodebench_release(),
+                                                       cfg.data.livecodebench_window(benchmark))
+                prompts.update({p.question_id: p.content for p in problems})
+            else:
+                problems = evalplus_bench.load_problems(benchmark, cfg.data.shared_path("evalplus"))
+                prompts.update({tid: p["prompt"] for tid, p in problems.items()})
         except (OSError, ValueError, evalplus_bench.EvalPlusDataUnavailable) as err:
             missing.append(f"{benchmark} ({str(err).splitlines()[0]})")
-            continue
-        prompts.update({tid: p["prompt"] for tid, p in problems.items()})
     return prompts, "; ".join(missing)
 
 

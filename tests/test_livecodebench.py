@@ -153,3 +153,17 @@ def test_the_version_windows_are_the_common_convention_and_configurable():
     for bad in (["2025-05-01", "2025-02-01"], ["2025-02-01"], ["soon", "later"]):
         with pytest.raises(ConfigError, match="data.lcb_v5_window: expected"):
             resolve({"profile": "smoke", "data": {"lcb_v5_window": bad}})
+
+
+def test_the_overlap_guard_reads_livecodebench_problems_or_says_where_it_looked(tmp_path):
+    from pipelines.build_bank import evaluation_prompts
+    release = _write(tmp_path / "test6.jsonl", [STDIN, CALL, OLD])
+    cfg = resolve({"profile": "smoke", "benchmarks": ["lcb_v5", "lcb_v6"],
+                   "data": {**vars(CONFIG.data), "livecodebench_path": str(release)}})
+    prompts, missing = evaluation_prompts(cfg)
+    assert prompts == {"abc001_a": "Problem abc001_a.", "leet-1": "Problem leet-1."} and missing == ""
+    absent = tmp_path / "nowhere"
+    cfg = resolve({"profile": "smoke", "benchmarks": ["lcb_v5"],
+                   "data": {**vars(CONFIG.data), "livecodebench_path": str(absent)}})
+    prompts, missing = evaluation_prompts(cfg)
+    assert prompts == {} and missing.startswith(f"lcb_v5 (LiveCodeBench: no release file at {absent} "), missing
