@@ -91,7 +91,7 @@ def run_variant(method_name: str, checkpointing: bool) -> dict:
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         model.train()
         method.setup(MethodContext(cfg, accelerator, tokenizer, BASE_MODEL_DIR, model, tasks))
-        optimizer = torch.optim.AdamW([{"params": list(model.parameters())}, *method.param_groups()], lr=cfg.train.lr)
+        optimizer = torch.optim.AdamW([{"params": list(model.parameters())}, *method.param_groups()], lr=method.lr(cfg))
         model, optimizer = accelerator.prepare(model, optimizer)
         before_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         start = time.perf_counter()

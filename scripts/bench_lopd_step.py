@@ -201,7 +201,7 @@ def step_costs(cfg, model_dir: Path, rollouts: int) -> dict:
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         model.train()
         method.setup(MethodContext(cfg, accelerator, tokenizer, model_dir, model, tasks))
-        optimizer = torch.optim.AdamW([{"params": list(model.parameters())}, *method.param_groups()], lr=cfg.train.lr)
+        optimizer = torch.optim.AdamW([{"params": list(model.parameters())}, *method.param_groups()], lr=method.lr(cfg))
         model, optimizer = accelerator.prepare(model, optimizer)
         seconds = timed(lambda: update(model, optimizer, accelerator, method, trajectories, tokenizer.pad_token_id,
                                        cfg))

@@ -62,6 +62,8 @@ def test_paper_values_are_the_defaults():
     ({"baseline_methods": ["vanilla"], "methods": ["vanilla", "grpo"]}, "methods: 'grpo' is evaluated but not trained"),
     ({"lopd": {"top_m": 0}}, "lopd.top_m"),
     ({"lopd": {"steps": -1}}, "lopd.steps"),
+    ({"sdpo": {"lr": 0}}, "sdpo.lr: must be > 0 or null"),
+    ({"sdpo": {"lr": "fast"}}, "sdpo.lr: expected a number"),
     ({"bank": {"success_threshold": 2}}, "bank.success_threshold"),
     ({"composer": {"lora_rank": 0}}, "composer.lora_rank"),
     ({"cold_start": {"grad_clip": 0}}, "cold_start.grad_clip"),

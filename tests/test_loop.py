@@ -69,6 +69,14 @@ def test_grpo_updates_weights_and_resume_equals_uninterrupted_run(tiny_model_dir
     AutoModelForCausalLM.from_pretrained(policy_dir(tmp_path / "a", tiny_model_dir))
 
 
+def test_a_method_sections_lr_overrides_the_shared_one(tiny_model_dir, tmp_path):
+    shared = resolve({"profile": "smoke", "train": {"steps": 1, "lr": 3e-6}})
+    own = resolve({"profile": "smoke", "train": {"steps": 1, "lr": 3e-6}, "grpo": {"lr": 1e-6}})
+    for cfg, expected in ((shared, 3e-6), (own, 1e-6)):
+        out = train(cfg, GRPO(cfg.grpo), TASKS, single_turn(_score), tiny_model_dir, tmp_path / str(expected))
+        assert [h["learning_rate"] for h in out["history"]] == [expected]
+
+
 def test_activation_checkpointing_gives_the_same_weights(tiny_model_dir, tmp_path):
     for checkpointing in (True, False):
         cfg = resolve({"profile": "smoke", "train": {"steps": 1, "activation_checkpointing": checkpointing}})

@@ -172,9 +172,13 @@ class MethodConfig:
 
     steps: int | None = None
     """Optimizer steps (x train.rollouts_per_step rollouts); None = train.steps, the shared budget."""
+    lr: float | None = None
+    """AdamW learning rate of the policy; None = train.lr. A dense distillation signal moves every token's
+    distribution at once, so it can need a smaller step than GRPO's sparse one on the same model."""
 
     def _check_steps(self, section: str) -> None:
         _check(self.steps is None or self.steps >= 0, f"{section}.steps: must be >= 0 or null")
+        _check(self.lr is None or self.lr > 0, f"{section}.lr: must be > 0 or null")
 
 
 @dataclass

@@ -192,7 +192,7 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
         method.setup(MethodContext(cfg, accelerator, tokenizer, Path(base_dir), model, tasks))
     except (OSError, ValueError) as err:  # a missing or unusable upstream output (bank, composer, pool)
         raise MethodInputError(f"{method.name}: {err}") from err
-    optimizer = torch.optim.AdamW([{"params": list(model.parameters())}, *method.param_groups()], lr=cfg.train.lr,
+    optimizer = torch.optim.AdamW([{"params": list(model.parameters())}, *method.param_groups()], lr=method.lr(cfg),
                                   weight_decay=cfg.train.weight_decay)
     if resumed and resumed.state["optimizer"] is not None:  # None: a finished run (checkpoint.finish)
         if sharded:

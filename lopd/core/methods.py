@@ -125,6 +125,11 @@ class Method(ABC):
         own = getattr(getattr(cfg, self.name, None), "steps", None)
         return cfg.train.steps if own is None else own
 
+    def lr(self, cfg: Config) -> float:
+        """The policy's learning rate: the method section's `lr`, else the shared `train.lr`."""
+        own = getattr(getattr(cfg, self.name, None), "lr", None)
+        return cfg.train.lr if own is None else own
+
     def setup(self, ctx: MethodContext) -> None:
         """Load what the method needs beyond the student (teacher, composer, bank); called once by the loop."""
 
