@@ -46,7 +46,7 @@ class Toy(Method):
 def toy(monkeypatch):
     monkeypatch.setitem(registry.METHODS, "toy", registry.MethodSpec("toy", "Toy", ToyConfig, "test_registry:Toy"))
     raw = compose("smoke")
-    raw["toy"] = {"steps": 1, "weight": 0.5}
+    raw["toy"] = {"steps": 1, "lr": None, "weight": 0.5}
     raw["baseline_methods"] = [*raw["baseline_methods"], "toy"]
     raw["methods"] = [*raw["methods"], "toy"]
     return raw
@@ -63,7 +63,7 @@ def test_the_registry_alone_adds_a_method(toy, tiny_model_dir, tmp_path):
     table = code_table({"toy": {"humaneval_plus": Scores({"HumanEval/0": 0.05})}}, cfg.methods)
     assert [label for label, _ in table.rows][-1] == "Toy"
     with pytest.raises(ConfigError, match="toy.weight: expected a number"):
-        build_config({**toy, "toy": {"steps": 1, "weight": "heavy"}})
+        build_config({**toy, "toy": {"steps": 1, "lr": None, "weight": "heavy"}})
     with pytest.raises(ConfigError, match="missing key 'toy'"):
         build_config({k: v for k, v in toy.items() if k != "toy"})
 
@@ -84,7 +84,7 @@ def test_unregistered_names_are_refused():
     with pytest.raises(ConfigError, match="baseline_methods: unknown baseline 'toy'"):
         build_config({**raw, "baseline_methods": [*raw["baseline_methods"], "toy"]})
     with pytest.raises(ConfigError, match="unknown key 'toy'"):
-        build_config({**raw, "toy": {"steps": 1}})
+        build_config({**raw, "toy": {"steps": 1, "lr": None}})
 
 
 def test_the_readme_method_table_lists_the_registry():
