@@ -122,13 +122,15 @@ class Method(ABC):
 
     def steps(self, cfg: Config) -> int:
         """Optimizer steps to run: the method section's `steps`, else the shared `train.steps`."""
-        own = getattr(getattr(cfg, self.name, None), "steps", None)
-        return cfg.train.steps if own is None else own
+        return self._own_or_shared(cfg, "steps")
 
     def lr(self, cfg: Config) -> float:
         """The policy's learning rate: the method section's `lr`, else the shared `train.lr`."""
-        own = getattr(getattr(cfg, self.name, None), "lr", None)
-        return cfg.train.lr if own is None else own
+        return self._own_or_shared(cfg, "lr")
+
+    def _own_or_shared(self, cfg: Config, key: str) -> Any:
+        own = getattr(getattr(cfg, self.name, None), key, None)
+        return getattr(cfg.train, key) if own is None else own
 
     def setup(self, ctx: MethodContext) -> None:
         """Load what the method needs beyond the student (teacher, composer, bank); called once by the loop."""
