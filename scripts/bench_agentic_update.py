@@ -70,7 +70,7 @@ def run_variant(method_name: str, checkpointing: bool) -> dict:
     from lopd.latent.composer import FRAMINGS
     from lopd.core.config import load_config, build_config
     from lopd.latent.method import LOPD
-    from lopd.core.loop import update
+    from lopd.core.loop import policy_optimizer, update
     from lopd.core.methods import MethodContext
     from lopd.core.models import load_model, load_tokenizer
     from pipelines.common import BASE_MODEL_DIR, DOMAINS, build_method, for_domain, training_domain
@@ -91,7 +91,7 @@ def run_variant(method_name: str, checkpointing: bool) -> dict:
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         model.train()
         method.setup(MethodContext(cfg, accelerator, tokenizer, BASE_MODEL_DIR, model, tasks))
-        optimizer = torch.optim.AdamW([{"params": list(model.parameters())}, *method.param_groups()], lr=method.lr(cfg))
+        optimizer = policy_optimizer(model, method, cfg)
         model, optimizer = accelerator.prepare(model, optimizer)
         before_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         start = time.perf_counter()

@@ -38,7 +38,7 @@ from transformers import AutoConfig
 from baselines.grpo import GRPO
 from lopd.core.config import REPO_ROOT, load_config
 from lopd.core.device import device
-from lopd.core.loop import micro_batches, policy_outputs, update
+from lopd.core.loop import micro_batches, policy_optimizer, policy_outputs, update
 from lopd.core.losses import TopkTailReverseKL, chunked_distillation, token_logprobs, topk_tail_reverse_kl
 from lopd.core.methods import MethodContext
 from lopd.core.models import load_model, load_tokenizer, prepare_base_model
@@ -201,7 +201,7 @@ def step_costs(cfg, model_dir: Path, rollouts: int) -> dict:
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         model.train()
         method.setup(MethodContext(cfg, accelerator, tokenizer, model_dir, model, tasks))
-        optimizer = torch.optim.AdamW([{"params": list(model.parameters())}, *method.param_groups()], lr=method.lr(cfg))
+        optimizer = policy_optimizer(model, method, cfg)
         model, optimizer = accelerator.prepare(model, optimizer)
         seconds = timed(lambda: update(model, optimizer, accelerator, method, trajectories, tokenizer.pad_token_id,
                                        cfg))

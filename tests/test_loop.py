@@ -4,12 +4,12 @@ import math
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import AutoConfig
+from transformers import AutoConfig, AutoModelForCausalLM
 
 from baselines.grpo import GRPO
 from lopd.core.config import resolve
 from lopd.core.checkpoint import policy_dir
-from lopd.core.loop import reward_metrics, tasks_for_step, train
+from lopd.core.loop import policy_optimizer, reward_metrics, tasks_for_step, train
 from lopd.core.rollout import Task, single_turn
 from baselines.vanilla import Vanilla
 
@@ -168,3 +168,22 @@ def test_skipping_zero_advantage_groups_is_exact(tiny_model_dir):
         assert torch.allclose(a, b, atol=1e-6)
     initial = list(load_model(tiny_model_dir).parameters())
     assert any(not torch.equal(a, p) for a, p in zip(params[0], initial)), "the step must change the weights"
+
+
+def test_the_per_tensor_adamw_on_cpu_updates_as_the_multi_tensor_one(tiny_model_dir):
+    """The loop's CPU optimizer (one tensor at a time, for memory) takes the same steps as torch's foreach path."""
+    cfg = resolve({"profile": "smoke", "train": {"weight_decay": 0.1}})
+    method = GRPO.from_config(cfg, None)
+    models = [AutoModelForCausalLM.from_pretrained(tiny_model_dir) for _ in range(2)]
+    optimizers = [policy_optimizer(models[0], method, cfg),
+                  torch.optim.AdamW(models[1].parameters(), lr=method.lr(cfg), weight_decay=0.1, foreach=True)]
+    assert optimizers[0].defaults["foreach"] is False
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    for _ in range(3):
+        grads = [torch.randn(p.shape, generator=generator, device="cpu") for p in models[0].parameters()]
+        for model, optimizer in zip(models, optimizers):
+            for p, g in zip(model.parameters(), grads):
+                p.grad = g.clone()
+            optimizer.step()
+    for a, b in zip(models[0].parameters(), models[1].parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-7)

@@ -30,7 +30,7 @@ from torch.distributed.tensor import DTensor
 
 from lopd.core import checkpoint
 from lopd.core.config import Config
-from lopd.core.device import device
+from lopd.core.device import device, release_freed_memory
 from lopd.core.distributed import (check_split, full_optimizer_state, full_state_dict, load_full_optimizer_state,
                                    output_weight, reduce_metrics, shard, unwrap)
 from lopd.core.losses import chunked_entropy
@@ -101,6 +101,14 @@ def validate(backend, tokenizer, collect: Rollouts, tasks: Sequence[Task], max_n
             "val_rewards": rewards}
 
 
+def policy_optimizer(model: torch.nn.Module, method: Method, cfg: Config) -> torch.optim.AdamW:
+    """AdamW over the policy (the first group, at the method's lr) and the method's own parameters. On CPU it updates one
+    tensor at a time: the fused multi-tensor path allocates temporaries the size of all the parameters at once, which
+    the CPU's memory (not its speed) cannot spare."""
+    return torch.optim.AdamW([{"params": list(model.parameters())}, *method.param_groups()], lr=method.lr(cfg),
+                             weight_decay=cfg.train.weight_decay, foreach=device().type != "cpu")
+
+
 def micro_batches(trajectories: Sequence[Trajectory], size: int) -> list[list[Trajectory]]:
     """The update's micro-batches: sorted by length (similar lengths per micro-batch: less padding), `size` each."""
     ordered = sorted(trajectories, key=lambda t: len(t.token_ids))
@@ -126,6 +134,7 @@ def update(model, optimizer, accelerator: Accelerator, method: Method, trajector
         loss, metrics = method.loss(student, batch, chunk)
         weight = len(chunk) / len(trajectories)
         accelerator.backward(loss * weight)
+        release_freed_memory()
         for k, v in {"loss": loss.item(), **metrics}.items():
             totals[k] = totals.get(k, 0.0) + v * weight
         mask = batch.action_mask_B_T
@@ -148,6 +157,7 @@ def update(model, optimizer, accelerator: Accelerator, method: Method, trajector
         totals["method_grad_norm"] = float(torch.nn.utils.clip_grad_norm_(extra, cfg.train.grad_clip))
     totals["learning_rate"] = optimizer.param_groups[0]["lr"]  # the policy's lr this step applies
     optimizer.step()
+    release_freed_memory()
     totals["trained_fraction"] = len(active) / len(trajectories)
     if action_tokens:  # how far the rollout engine's log-probs are from the trainer's (dtype / kernel mismatch)
         totals["sampler_logp_abs_gap"] = gap_sum / action_tokens
@@ -192,8 +202,7 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
         method.setup(MethodContext(cfg, accelerator, tokenizer, Path(base_dir), model, tasks))
     except (OSError, ValueError) as err:  # a missing or unusable upstream output (bank, composer, pool)
         raise MethodInputError(f"{method.name}: {err}") from err
-    optimizer = torch.optim.AdamW([{"params": list(model.parameters())}, *method.param_groups()], lr=method.lr(cfg),
-                                  weight_decay=cfg.train.weight_decay)
+    optimizer = policy_optimizer(model, method, cfg)
     if resumed and resumed.state["optimizer"] is not None:  # None: a finished run (checkpoint.finish)
         if sharded:
             load_full_optimizer_state(model, optimizer, resumed.state["optimizer"])
@@ -248,6 +257,7 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
         metrics.update(method.after_step(metrics, trajectories))
         backend.wake_up()
         backend.load_weights(full_state_dict(model))
+        release_freed_memory()
         t2 = time.perf_counter()
         rewards = [t.reward for t in trajectories]
         lengths = [t.num_action_tokens for t in trajectories]

@@ -1,0 +1,173 @@
+"""Resident memory of each phase of the real training loop -> reports/perf/loop_memory.json.
+
+Runs `lopd.core.loop.train` for a method (default LOPD) on the code domain with the params file's settings, except
+`--steps` steps (default 2: AdamW's state appears at the end of step 1, so step 2 is the first to hold everything)
+of `--rollouts` rollouts each (default 4: one micro-batch) and no validation, into a scratch folder. A thread samples
+the process's RSS every 20 ms; every phase (engine start, method setup, sampling, the student forward, the method's
+loss, backward, the optimizer step, the weight sync, the checkpoint) reports RSS before, its peak, and RSS after.
+Each variant runs in a fresh process:
+- `shipped`: the loop as it is;
+- `unreleased`: without its two CPU memory measures (glibc's freed memory handed back after every backward, optimizer
+  step and weight sync; AdamW one tensor at a time instead of torch's multi-tensor path), to show what they save.
+Needs models/base, and for LOPD bank/ and checkpoints/composer (`dvc repro cold_start`).
+Run: python scripts/bench_loop_memory.py [--method lopd] [--rollouts 4] [--variants shipped unreleased]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from lopd.core.config import REPO_ROOT
+
+OUT = REPO_ROOT / "reports" / "perf" / "loop_memory.json"
+VARIANTS = ("shipped", "unreleased")
+
+
+def rss_gb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
+
+
+class PhaseRecorder:
+    """RSS before, peak during and after each wrapped call, in call order."""
+
+    def __init__(self):
+        self.phases: list[dict] = []
+        self.peak = 0.0
+        self.step = 1
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self) -> None:
+        while True:
+            self.peak = max(self.peak, rss_gb())
+            time.sleep(0.02)
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        before = rss_gb()
+        outer = self.peak
+        self.peak = before
+        try:
+            yield
+        finally:
+            after = rss_gb()
+            self.phases.append({"phase": name, "step": self.step, "before_gb": round(before, 2),
+                                "peak_gb": round(max(self.peak, after), 2), "after_gb": round(after, 2)})
+            self.peak = max(outer, self.peak)  # an enclosing phase keeps its own peak
+
+    def wrap(self, owner, attr: str, name: str) -> None:
+        original = getattr(owner, attr)
+
+        @functools.wraps(original)
+        def wrapped(*args, **kwargs):
+            with self.phase(name):
+                return original(*args, **kwargs)
+        setattr(owner, attr, wrapped)
+
+
+def run_variant(variant: str, method_name: str, params: Path, steps: int, rollouts: int) -> dict:
+    """In this process: the loop's first `steps` steps, phase by phase."""
+    import dataclasses
+
+    import torch
+    from accelerate import Accelerator
+
+    from lopd.core import device as device_module, loop, rollout
+    from lopd.core.config import load_config
+    from pipelines.common import BASE_MODEL_DIR, build_method, training_domain
+
+    cfg = load_config(params)
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, rollouts_per_step=rollouts, steps=steps,
+                                                             save_every=steps))
+    method = build_method(method_name, cfg, "code")
+    section = getattr(cfg, method.name, None)
+    if section is not None and getattr(section, "steps", None) is not None:
+        cfg = dataclasses.replace(cfg, **{method.name: dataclasses.replace(section, steps=steps)})
+        method = build_method(method_name, cfg, "code")
+    if variant == "unreleased":
+        loop.release_freed_memory = lambda: None
+        original_optimizer = loop.policy_optimizer
+
+        def multi_tensor(model, method, cfg):
+            optimizer = original_optimizer(model, method, cfg)
+            for group in optimizer.param_groups:
+                group["foreach"] = True
+            return optimizer
+        loop.policy_optimizer = multi_tensor
+
+    recorder = PhaseRecorder()
+    original_backend = rollout.make_backend
+
+    def recorded_backend(*args, **kwargs):
+        with recorder.phase("rollout engine start"):
+            backend = original_backend(*args, **kwargs)
+        recorder.wrap(backend, "generate", "sampling")
+        recorder.wrap(backend, "load_weights", "weight sync")
+        synced = backend.load_weights
+
+        def sync_and_count(*args, **kwargs):  # the weight sync ends a step
+            synced(*args, **kwargs)
+            recorder.step += 1
+        backend.load_weights = sync_and_count
+        return backend
+    loop.make_backend = recorded_backend
+    recorder.wrap(loop, "policy_outputs", "  student forward (micro-batch)")
+    recorder.wrap(type(method), "setup", "method setup")
+    recorder.wrap(type(method), "loss", "  method loss (micro-batch)")
+    recorder.wrap(Accelerator, "backward", "  backward (micro-batch)")
+    recorder.wrap(torch.optim.AdamW, "step", "  optimizer step")
+    recorder.wrap(loop, "save", "checkpoint save")
+    recorder.wrap(loop, "update", "update")
+
+    with training_domain(cfg, "code") as (tasks, collect, _, _), tempfile.TemporaryDirectory() as scratch:
+        loop.train(cfg, method, tasks, collect, BASE_MODEL_DIR, Path(scratch) / "run", None, validation=())
+    peaks = [p for p in recorder.phases if not p["phase"].startswith(" ")]
+    return {"device": str(device_module.device()), "torch_threads": torch.get_num_threads(),
+            "peak_gb": max(p["peak_gb"] for p in recorder.phases),
+            "resident_after_each_update_gb": [p["after_gb"] for p in peaks if p["phase"] == "update"],
+            "phases": recorder.phases}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--method", default="lopd")
+    parser.add_argument("--params", default=str(REPO_ROOT / "params.yaml"))
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--rollouts", type=int, default=4, help="rollouts per step")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print("RESULT " + json.dumps(run_variant(args.child, args.method, Path(args.params), args.steps,
+                                                 args.rollouts)))
+        return
+    results = {}
+    for variant in args.variants:
+        proc = subprocess.run([sys.executable, __file__, "--child", variant, "--method", args.method,
+                               "--params", args.params, "--steps", str(args.steps), "--rollouts", str(args.rollouts)],
+                              capture_output=True, text=True)
+        found = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+        if proc.returncode == 0 and found:
+            results[variant] = json.loads(found[-1].removeprefix("RESULT "))
+        else:
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
+            results[variant] = {"error": f"failed (exit {proc.returncode}): {tail}"}
+        print(variant, {k: v for k, v in results[variant].items() if k != "phases"}, flush=True)
+        OUT.parent.mkdir(parents=True, exist_ok=True)  # after every variant: a long run keeps what it measured
+        OUT.write_text(json.dumps({"method": args.method, "steps": args.steps, "rollouts_per_step": args.rollouts,
+                                   "params": Path(args.params).name, "variants": results}, indent=2) + "\n")
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
