@@ -33,7 +33,7 @@ OUT = REPO_ROOT / "reports" / "perf" / "loop_memory.json"
 VARIANTS = ("shipped", "unreleased")
 
 
-def rss_gb() -> float:
+def rss_gib() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
 
@@ -49,20 +49,20 @@ class PhaseRecorder:
 
     def _sample(self) -> None:
         while True:
-            self.peak = max(self.peak, rss_gb())
+            self.peak = max(self.peak, rss_gib())
             time.sleep(0.02)
 
     @contextlib.contextmanager
     def phase(self, name: str):
-        before = rss_gb()
+        before = rss_gib()
         outer = self.peak
         self.peak = before
         try:
             yield
         finally:
-            after = rss_gb()
-            self.phases.append({"phase": name, "step": self.step, "before_gb": round(before, 2),
-                                "peak_gb": round(max(self.peak, after), 2), "after_gb": round(after, 2)})
+            after = rss_gib()
+            self.phases.append({"phase": name, "step": self.step, "before_gib": round(before, 2),
+                                "peak_gib": round(max(self.peak, after), 2), "after_gib": round(after, 2)})
             self.peak = max(outer, self.peak)  # an enclosing phase keeps its own peak
 
     def wrap(self, owner, attr: str, name: str) -> None:
@@ -77,23 +77,23 @@ class PhaseRecorder:
 
 def run_variant(variant: str, method_name: str, params: Path, steps: int, rollouts: int) -> dict:
     """In this process: the loop's first `steps` steps, phase by phase."""
-    import dataclasses
-
     import torch
+    import yaml
     from accelerate import Accelerator
 
     from lopd.core import device as device_module, loop, rollout
     from lopd.core.config import load_config
     from pipelines.common import BASE_MODEL_DIR, build_method, training_domain
 
-    cfg = load_config(params)
-    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, rollouts_per_step=rollouts, steps=steps,
-                                                             save_every=steps))
+    raw = yaml.safe_load(params.read_text())
+    raw["train"].update(rollouts_per_step=rollouts, steps=steps, save_every=steps)
+    if isinstance(raw.get(method_name), dict) and "steps" in raw[method_name]:
+        raw[method_name]["steps"] = steps
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as short:
+        yaml.safe_dump(raw, short)
+    cfg = load_config(short.name)
+    Path(short.name).unlink()
     method = build_method(method_name, cfg, "code")
-    section = getattr(cfg, method.name, None)
-    if section is not None and getattr(section, "steps", None) is not None:
-        cfg = dataclasses.replace(cfg, **{method.name: dataclasses.replace(section, steps=steps)})
-        method = build_method(method_name, cfg, "code")
     if variant == "unreleased":
         loop.release_freed_memory = lambda: None
         original_optimizer = loop.policy_optimizer
@@ -133,8 +133,8 @@ def run_variant(variant: str, method_name: str, params: Path, steps: int, rollou
         loop.train(cfg, method, tasks, collect, BASE_MODEL_DIR, Path(scratch) / "run", None, validation=())
     peaks = [p for p in recorder.phases if not p["phase"].startswith(" ")]
     return {"device": str(device_module.device()), "torch_threads": torch.get_num_threads(),
-            "peak_gb": max(p["peak_gb"] for p in recorder.phases),
-            "resident_after_each_update_gb": [p["after_gb"] for p in peaks if p["phase"] == "update"],
+            "peak_gib": max(p["peak_gib"] for p in recorder.phases),
+            "resident_after_each_update_gib": [p["after_gib"] for p in peaks if p["phase"] == "update"],
             "phases": recorder.phases}
 
 
