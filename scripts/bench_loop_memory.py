@@ -2,9 +2,12 @@
 
 Runs `lopd.core.loop.train` for a method (default LOPD) on the code domain with the params file's settings, except
 `--steps` steps (default 2: AdamW's state appears at the end of step 1, so step 2 is the first to hold everything)
-of `--rollouts` rollouts each (default 4: one micro-batch) and no validation, into a scratch folder. A thread samples
-the process's RSS every 20 ms; every phase (engine start, method setup, sampling, the student forward, the method's
-loss, backward, the optimizer step, the weight sync, the checkpoint) reports RSS before, its peak, and RSS after.
+of `--rollouts` rollouts each (default 4: two of the cpu profile's micro-batches) and no validation, into a scratch
+folder. A thread samples the process's RSS (GiB) every 20 ms; every phase (engine start, method setup, sampling, the
+student forward, the method's loss, backward, the optimizer step, the weight sync, the checkpoint) reports RSS before,
+its peak, and RSS after.
+A phase's `step` counts the weight syncs before it, plus one (so the checkpoint written after the last step's sync
+shows as the step after it).
 Each variant runs in a fresh process:
 - `shipped`: the loop as it is;
 - `unreleased`: without its two CPU memory measures (glibc's freed memory handed back after every backward, optimizer
