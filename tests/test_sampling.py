@@ -115,7 +115,8 @@ def peaked_model(tiny_model_dir):
 
 def test_stop_string_straddling_tokens_stops_the_row_and_others_continue(peaked_model, tokenizer):
     """A stop string split across two tokens ends its row at the token completing it (kept, `stopped`); greedy rows
-    without it are exactly what they are without stop strings."""
+    without it are what they are without stop strings: the same tokens, and log-probs equal up to float rounding
+    (on a GPU, the batch that shrinks when a row stops runs other kernels)."""
     prompts = _prompts(tokenizer)
     backend = HFBackend(peaked_model, stop_ids=[tokenizer.eos_token_id], pad_id=tokenizer.pad_token_id,
                         tokenizer=tokenizer)
@@ -126,7 +127,9 @@ def test_stop_string_straddling_tokens_stops_the_row_and_others_continue(peaked_
     assert cut[0].token_ids == free[0].token_ids[:k + 1] and cut[0].stopped
     assert cut[0].logprobs == free[0].logprobs[:k + 1]
     assert all(stop not in tokenizer.decode(b.token_ids) for b in free[1:])
-    assert cut[1:] == free[1:]
+    for c, f in zip(cut[1:], free[1:], strict=True):
+        assert (c.token_ids, c.stopped) == (f.token_ids, f.stopped)
+        assert torch.allclose(torch.tensor(c.logprobs), torch.tensor(f.logprobs), atol=1e-5)
 
 
 class _NoDecode:
