@@ -170,6 +170,34 @@ def test_skipping_zero_advantage_groups_is_exact(tiny_model_dir):
     assert any(not torch.equal(a, p) for a, p in zip(params[0], initial)), "the step must change the weights"
 
 
+@pytest.mark.parametrize("micro", [1, 3])
+def test_micro_batches_accumulate_to_the_whole_batchs_gradient(tiny_model_dir, micro):
+    """train.micro_batch_size changes memory, not the step: micro-batches of 1 or of 3 (uneven: 3, 3, 2; other
+    padding per micro-batch) give the gradient of all 8 trajectories in one batch."""
+    from accelerate import Accelerator
+
+    from lopd.core.loop import update
+    from lopd.core.models import load_model
+    from lopd.core.trajectory import Trajectory, Turn
+
+    rewards, groups = [1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0], [0, 0, 0, 0, 1, 1, 1, 1]
+
+    def trajectories():  # 2 to 5 action tokens, prompts of 2 or 3: padding differs between micro-batches
+        return [Trajectory("t", [Turn([1, 2, 3][:2 + i % 2], [5 + j for j in range(2 + i % 4)], [-1.0] * (2 + i % 4))],
+                           reward=r, group=g) for i, (r, g) in enumerate(zip(rewards, groups))]
+
+    grads = []
+    for size in (8, micro):
+        cfg = resolve({"profile": "smoke", "train": {"micro_batch_size": size, "grad_clip": 1e9}})
+        model = load_model(tiny_model_dir)
+        update(model, torch.optim.SGD(model.parameters(), lr=0.0), Accelerator(cpu=True), GRPO(cfg.grpo),
+               trajectories(), pad_id=0, cfg=cfg)
+        grads.append([p.grad.clone() for p in model.parameters()])
+    assert any(g.abs().sum() > 0 for g in grads[0])
+    for whole, accumulated in zip(*grads):
+        torch.testing.assert_close(accumulated, whole, rtol=1e-5, atol=1e-7)
+
+
 def test_the_per_tensor_adamw_on_cpu_updates_as_the_multi_tensor_one(tiny_model_dir):
     """The loop's CPU optimizer (one tensor at a time, for memory) takes the same steps as torch's foreach path."""
     cfg = resolve({"profile": "smoke", "train": {"weight_decay": 0.1}})
