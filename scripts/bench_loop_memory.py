@@ -68,13 +68,16 @@ class PhaseRecorder:
                                 "peak_gib": round(max(self.peak, after), 2), "after_gib": round(after, 2)})
             self.peak = max(outer, self.peak)  # an enclosing phase keeps its own peak
 
-    def wrap(self, owner, attr: str, name: str) -> None:
+    def wrap(self, owner, attr: str, name: str, ends_step: bool = False) -> None:
+        """Record `owner.attr`'s calls as phase `name`; `ends_step`: each call also ends a training step."""
         original = getattr(owner, attr)
 
         @functools.wraps(original)
         def wrapped(*args, **kwargs):
             with self.phase(name):
-                return original(*args, **kwargs)
+                result = original(*args, **kwargs)
+            self.step += ends_step
+            return result
         setattr(owner, attr, wrapped)
 
 
@@ -115,13 +118,7 @@ def run_variant(variant: str, method_name: str, params: Path, steps: int, rollou
         with recorder.phase("rollout engine start"):
             backend = original_backend(*args, **kwargs)
         recorder.wrap(backend, "generate", "sampling")
-        recorder.wrap(backend, "load_weights", "weight sync")
-        synced = backend.load_weights
-
-        def sync_and_count(*args, **kwargs):  # the weight sync ends a step
-            synced(*args, **kwargs)
-            recorder.step += 1
-        backend.load_weights = sync_and_count
+        recorder.wrap(backend, "load_weights", "weight sync", ends_step=True)
         return backend
     loop.make_backend = recorded_backend
     recorder.wrap(loop, "policy_outputs", "  student forward (micro-batch)")
