@@ -38,6 +38,9 @@ sys.path.insert(0, str(REPO))
 
 from lopd.core.models import prepare_base_model  # noqa: E402
 
+sys.path.insert(0, str(REPO / "scripts"))
+import ddp_check as check  # noqa: E402
+
 OUT = REPO / "reports" / "perf" / "gpu_check.json"
 SHARED = Path(os.environ.get("LOPD_SHARED_DATA", REPO.parent / "shared" / "data"))
 
@@ -94,11 +97,7 @@ def smoke_dag(args, tmp: Path) -> dict:
 
 def launch(args, tmp: Path, sharding: str) -> tuple[dict, list[dict] | None]:
     """scripts/ddp_check.py with one process per GPU: the result's head and every rank's output (None if it failed)."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    import ddp_check as check  # noqa: PLC0415
-
-    model = (Path(args.model).resolve() if Path(args.model).is_dir()
-             else prepare_base_model(args.model, tmp / "model", seed=0))
+    model = args.model_dir
     work = tmp / sharding
     check.prepare_inputs(model, work, args.embedder)
     n = torch.cuda.device_count()
@@ -125,13 +124,17 @@ def trained(ranks: list[dict], name: str) -> dict:
             "time_update_s": [round(h["time_update_s"], 3) for h in first["history"]]}
 
 
+def all_trained(result: dict, ranks: list[dict]) -> bool:
+    """Record every method's 2 steps in `result`; True if each student lived on cuda, finite and equal on all ranks."""
+    result["methods"] = {name: trained(ranks, name) for name in ("grpo", "sdpo", "skill_sd", "lopd")}
+    return all(m["device"] == "cuda" and m["finite"] and m["ranks_agree"] for m in result["methods"].values())
+
+
 def ddp_check(args, tmp: Path) -> dict:
     result, ranks = launch(args, tmp, "ddp")
     if ranks is None:
         return result
-    result["methods"] = {name: trained(ranks, name) for name in ("grpo", "sdpo", "skill_sd", "lopd")}
-    passed = all(m["device"] == "cuda" and m["finite"] and m["ranks_agree"] for m in result["methods"].values())
-    return {**result, "status": "ok" if passed else "failed"}
+    return {**result, "status": "ok" if all_trained(result, ranks) else "failed"}
 
 
 def fsdp2_check(args, tmp: Path) -> dict:
@@ -140,11 +143,10 @@ def fsdp2_check(args, tmp: Path) -> dict:
     result, ranks = launch(args, tmp, "fsdp2")
     if ranks is None:
         return result
-    result["methods"] = {name: trained(ranks, name) for name in ("grpo", "sdpo", "skill_sd", "lopd")}
+    passed = all_trained(result, ranks)
     resumed, straight = ranks[0]["lopd_resumed"]["weights"], ranks[0]["lopd"]["weights"]
     result["lopd_resumed_max_abs_diff"] = max((resumed[k].float() - straight[k].float()).abs().max().item()
                                               for k in straight)
-    passed = all(m["device"] == "cuda" and m["finite"] and m["ranks_agree"] for m in result["methods"].values())
     return {**result, "status": "ok" if passed and result["lopd_resumed_max_abs_diff"] == 0 else "failed"}
 
 
@@ -162,6 +164,8 @@ def main() -> None:
     parts = {"device_tests": device_tests, "vllm_tests": vllm_tests, "smoke_dag_vllm": smoke_dag,
              "ddp_check": ddp_check, "fsdp2_check": fsdp2_check}
     with tempfile.TemporaryDirectory() as tmp:
+        args.model_dir = (Path(args.model).resolve() if Path(args.model).is_dir()  # built once, for both launches
+                          else prepare_base_model(args.model, Path(tmp) / "model", seed=0))
         for name, part in parts.items():
             print(f"gpu-check: {name} ...", flush=True)
             report[name] = part(args, Path(tmp))
