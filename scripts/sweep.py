@@ -27,6 +27,7 @@ from evaluation import sweeps  # noqa: E402
 from evaluation.paper_figures import draw_dynamics, draw_sweep  # noqa: E402
 from evaluation.stats import score_ci  # noqa: E402
 from lopd.core.config import ConfigError, load_config  # noqa: E402
+from lopd.core.registry import label  # noqa: E402
 
 FIGURES_DIR = REPO / "reports" / "figures"
 CSV_FIELDS = ["figure", "point", "x", "metric", "value", "low", "high", "n", "experiment", "status"]
@@ -110,7 +111,8 @@ def draw_fig4(out: Path, domain: str, profile: str, model: str) -> list[Path]:
             for m in shown for kind, key in (("train", "reward"), ("validation", "val_reward")) for h in load(kind, m)]
     write_csv(out.with_suffix(".csv"), rows)
     title = f"Training dynamics (paper Fig. 4): {domain} domain, {profile} profile, {model}"
-    files = draw_dynamics({m: load("train", m) for m in shown}, {m: load("validation", m) for m in shown},
+    files = draw_dynamics({label(m): load("train", m) for m in shown},
+                          {label(m): load("validation", m) for m in shown},
                           out.with_suffix(".png"), title, lambda rewards: score_ci(rewards))
     return [*files, out.with_suffix(".csv")]
 
