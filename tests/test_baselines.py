@@ -14,12 +14,14 @@ from baselines import opsd, sdft, sdpo, skill_sd
 from lopd.latent.bank import BankEntry
 from lopd.core.config import ConfigError, resolve
 from lopd.core.checkpoint import MANIFEST, policy_dir
+from lopd.core import loop, rollout
 from lopd.core.loop import MethodInputError, train
 from lopd.core.models import load_model
 from baselines.pool import (BASE_MODEL_ROLLOUT, POOL_FILE, REFERENCE_SOLUTION, Demonstration, assemble_pool, load_pool,
                        render_reference, write_pool)
 from lopd.latent.retrieval import QUERIES_FILE, TextEmbedder, query_text, save_vectors
 from lopd.core.rollout import Task, single_turn
+from lopd.core.sampling import HFBackend
 from baselines.skills import Skill, ucb1_choice
 from baselines.teachers import Teacher, ema_update_
 
@@ -211,6 +213,18 @@ def test_skill_sd_builds_skills_picks_them_by_ucb_and_resumes(tiny_model_dir, ba
     train(resumed.cfg, resumed, TASKS, single_turn(_score), tiny_model_dir, tmp_path / "run")
     assert resumed.skills.skills[:6] == method.skills.skills and len(resumed.skills.skills) == 8
     assert resumed.skills.counts[:6] != [0] * 6
+
+
+def test_skill_sd_summarises_with_the_hf_sampler_whatever_the_rollout_backend(tiny_model_dir, bank_dir, tmp_path,
+                                                                               monkeypatch):
+    """A second vLLM engine for a few summaries a step cost ~4.5 GB (OOM on the cpu profile): always the HF loop."""
+    rollouts_by_hf = _cfg()
+    monkeypatch.setattr(loop, "make_backend", lambda model_dir, tokenizer, cfg, *args, **kwargs:
+                        rollout.make_backend(model_dir, tokenizer, rollouts_by_hf, *args, **kwargs))
+    cfg = _cfg(train={"steps": 1, "save_every": 1}, sampling={"backend": "vllm"})
+    method = skill_sd.SkillSD(cfg, bank_dir)
+    train(cfg, method, TASKS, single_turn(_score), tiny_model_dir, tmp_path / "run")
+    assert isinstance(method.summariser, HFBackend) and len(method.skills.skills) == 2
 
 
 def test_resumed_ema_run_equals_an_uninterrupted_one(tiny_model_dir, pool_path, tmp_path):
