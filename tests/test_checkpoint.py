@@ -130,6 +130,25 @@ def test_a_kill_while_dropping_the_optimizer_state_leaves_a_checkpoint_the_rerun
     _assert_equals_reference(out, reference)
 
 
+def test_finishing_drops_the_optimizer_state_reading_it_memory_mapped(tmp_path, monkeypatch):
+    """The live run still holds its model and optimizer when it finishes: reading the AdamW moments into memory only
+    to drop them is what had the kernel kill SDPO's and SDFT's cpu-profile runs here."""
+    step_dir = tmp_path / checkpoint.step_name(3)
+    step_dir.mkdir()
+    moments = {"state": {0: {"exp_avg": torch.ones(4), "exp_avg_sq": torch.ones(4)}}, "param_groups": []}
+    torch.save({"step": 3, "optimizer": moments, "history": [{"step": 3}], "files": {"model/x": 1}},
+               step_dir / checkpoint.TRAINER_STATE)
+    checkpoint.write_manifest(tmp_path, "grpo", 3, weights=f"{step_dir.name}/{checkpoint.MODEL}")
+    loads = []
+    real_load = torch.load
+    monkeypatch.setattr(checkpoint.torch, "load", lambda *a, **kw: loads.append(kw) or real_load(*a, **kw))
+    checkpoint.finish(tmp_path)
+    monkeypatch.undo()
+    assert [kw.get("mmap") for kw in loads] == [True]
+    state = torch.load(step_dir / checkpoint.TRAINER_STATE, weights_only=True)
+    assert state == {"step": 3, "optimizer": None, "history": [{"step": 3}], "files": {"model/x": 1}}
+
+
 def test_a_larger_budget_retrains_a_finished_run_from_the_start(tiny_model_dir, reference, tmp_path, capsys):
     out = tmp_path / "grpo"
     shutil.copytree(reference, out)

@@ -198,7 +198,9 @@ def finish(out_dir: str | Path) -> None:
     if committed is None:  # vanilla's manifest
         return
     path = out_dir / committed / TRAINER_STATE
-    state = torch.load(path, weights_only=True)
+    # Memory-mapped: the live run still holds its model and optimizer, and reading the 5 GB of AdamW moments only to
+    # drop them had the kernel kill SDPO's and SDFT's runs here (24 GB). Unread pages never enter memory.
+    state = torch.load(path, weights_only=True, mmap=True)
     if state.get("optimizer") is None:
         return
     tmp = _tmp_path(out_dir, TRAINER_STATE)
