@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from evaluation.agentic.acebench.user_simulator import LocalModelUser, OpenAICompatibleUser
 from evaluation.agentic.benchmarks import load_benchmark
-from evaluation.stats import wilson_interval
+from evaluation.stats import score_ci
 from lopd.core.config import Config, resolve_model
 from lopd.core.models import load_tokenizer
 from lopd.core.multiturn import run_episodes
@@ -46,12 +46,13 @@ def user_simulator(cfg):
 
 
 def summarise(trajectories) -> dict:
-    """Benchmark score (mean reward x 100) and the behaviour means over episodes. An episode whose scoring
+    """Benchmark score (mean reward x 100, its 95% CI over tasks as the tables have it) and the behaviour means over
+    episodes. An episode whose scoring
     failed lacks the benchmark's extra scores and counts 0 there, as in its reward."""
     if not trajectories:
         return {"note": "n/a: the benchmark has no tasks", "n_tasks": 0}
     reward = mean(t.reward for t in trajectories)
-    low, high = wilson_interval(reward, len(trajectories))
+    low, high = score_ci([t.reward for t in trajectories])  # Wilson for 0/1 rewards, else (EnvScaler) the bootstrap
     out = {"score": 100 * reward, "score_ci_low": 100 * low, "score_ci_high": 100 * high, "reward_mean": reward,
            "n_tasks": len(trajectories)}
     episodes = [t.behaviour for t in trajectories]

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from evaluation.stats import wilson_interval
 from lopd.core.trajectory import EpisodeBehaviour, Trajectory, Turn
 from pipelines.evaluate_agentic import episode_record, summarise
@@ -21,12 +23,18 @@ def test_summary_means_and_extra_scores():
                 _episode(0.5, 0, 2, {"end_to_end": 0.0, "process": 0.5})]
     out = summarise(episodes)
     assert out["score"] == 75.0 and out["reward_mean"] == 0.75 and out["n_tasks"] == 2
-    low, high = wilson_interval(0.75, 2)  # the score's 95% CI over the 2 episodes, on its 0-100 scale
-    assert (out["score_ci_low"], out["score_ci_high"]) == (100 * low, 100 * high)
+    # fractional rewards: the bootstrap over the 2 episodes, whose resampled means are 0.5, 0.75 or 1.0
+    assert (out["score_ci_low"], out["score_ci_high"]) == (50.0, 100.0)
     assert out["steps"] == 3 and out["tool_calls_mean"] == 1 and out["tool_calls_per_step"] == 0.25
     assert out["reward_per_tool_call"] == (0.5 + 0.5) / 2
     assert out["end_to_end"] == 50.0 and out["process"] == 75.0
     assert out["ended"] == {"completed": 1, "step_cap": 1}
+
+
+def test_summary_of_pass_fail_rewards_has_the_wilson_interval():
+    out = summarise([_episode(1.0, 1, 1, {}), _episode(0.0, 1, 1, {}), _episode(0.0, 1, 1, {})])
+    low, high = wilson_interval(1 / 3, 3)  # keeps its coverage where the bootstrap of 0/1 scores would not
+    assert (out["score_ci_low"], out["score_ci_high"]) == pytest.approx((100 * low, 100 * high))
 
 
 def test_summary_of_failed_scoring_counts_zero_not_crash():
