@@ -33,6 +33,15 @@ def test_teacher_prompt_has_framing_and_a_contiguous_placeholder_span(tokenizer)
     assert head.count("<|im_start|>user") == 1  # the framing sits in the first user message
 
 
+def test_with_nothing_retrieved_the_teacher_reads_the_students_own_prompt(tokenizer):
+    """An empty bank: no framing around an empty span (it announces a reference and shows none)."""
+    ids, start = teacher_prompt_ids(tokenizer, MESSAGES, FRAMINGS["agentic"], n_latent=0)
+    plain = tokenizer(tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False),
+                      add_special_tokens=False)["input_ids"]
+    assert ids == plain and start == len(ids)
+    assert FRAMINGS["agentic"][0] not in tokenizer.decode(ids)
+
+
 def test_inject_latents_equals_indexed_assignment_and_carries_gradient():
     embeds = torch.randn(2, 9, 5)
     latents = [torch.randn(3, 5, requires_grad=True), torch.randn(2, 5, requires_grad=True)]

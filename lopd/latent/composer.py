@@ -29,7 +29,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from lopd.core.config import ComposerConfig
-from lopd.core.rollout import chat_text
+from lopd.core.rollout import chat_text, encode_prompt
 from lopd.core.trajectory import TokenBatch, Trajectory, collate, with_prompt
 
 LATENT_PLACEHOLDER = "<|LATENT_PH|>"
@@ -64,7 +64,15 @@ def teacher_prompt_ids(tokenizer: PreTrainedTokenizerBase, messages: list[dict[s
                        continue_final: bool = False) -> tuple[list[int], int]:
     """The teacher's prompt: the framing and a placeholder go into the first user message, the chat template
     renders it, the text is split at the placeholder and each half tokenised on its own, and `n_latent` pad
-    ids fill the gap. Returns (ids, index of the first latent slot). `continue_final` as for `chat_text`."""
+    ids fill the gap. Returns (ids, index of the first latent slot). `continue_final` as for `chat_text`.
+
+    With nothing retrieved (`n_latent` 0: an empty bank) there is no reference to frame, and the teacher reads the
+    student's own prompt (`encode_prompt`), an empty span at its end: a framing that announces a reference and
+    shows none is no privileged context (on the agentic cpu run, whose bank is empty, Qwen 0.5B read it as a
+    finished task and answered "Task Completed" at once, and LOPD distilled that into its student)."""
+    if n_latent == 0:
+        ids = encode_prompt(tokenizer, messages, tools, continue_final=continue_final)
+        return ids, len(ids)
     before, after = framing
     first_user = next(i for i, m in enumerate(messages) if m["role"] == "user")
     framed = [dict(m) for m in messages]
