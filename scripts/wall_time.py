@@ -1,0 +1,104 @@
+"""The default pipeline's wall time, summed over its stages' MLflow runs.
+
+Every stage logs one MLflow run under its dvc.yaml name (lopd/core/tracking.py); its duration (end - start) is the
+stage's wall time on the machine that ran it. Per stage of the DAG this takes the newest FINISHED run made in the
+workspace (runs inside DVC experiments, e.g. sweep points, are not the default run), sums them and writes
+reports/perf/default_run_wall_time.json. A stage with no such run (it ran elsewhere, or DVC restored it from its
+cache) is listed as missing and the total is then a lower bound, as the file says. DVC's own work around a stage
+(hashing its inputs, caching its outputs) is not in the runs.
+
+Run: python scripts/wall_time.py [--experiment NAME] [--uri URI] [--out PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = REPO_ROOT / "reports" / "perf" / "default_run_wall_time.json"
+
+
+def stage_wall_times(runs: Iterable[dict[str, Any]], stages: list[str]) -> dict[str, Any]:
+    """Per stage in `stages`, the newest finished workspace run's duration; their sum; the stages without one.
+
+    `runs` are dicts with `stage`, `status`, `start` and `end` (datetimes), `experiment` (a DVC experiment name or
+    None) and `commit`."""
+    newest: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        if run["stage"] not in stages or run["status"] != "FINISHED" or run["experiment"] or run["end"] is None:
+            continue
+        if run["stage"] not in newest or run["start"] > newest[run["stage"]]["start"]:
+            newest[run["stage"]] = run
+    per_stage = {s: {"seconds": round((r["end"] - r["start"]).total_seconds(), 1), "finished": r["end"].isoformat(),
+                     "commit": r["commit"]} for s in stages if (r := newest.get(s))}
+    missing = [s for s in stages if s not in per_stage]
+    return {"total_s": round(sum(v["seconds"] for v in per_stage.values()), 1), "complete": not missing,
+            "missing": missing, "stages": per_stage}
+
+
+def dag_stages() -> list[str]:
+    """Every stage of dvc.yaml, foreach items expanded, in DVC's order."""
+    listed = subprocess.run(["dvc", "stage", "list", "--name-only"], cwd=REPO_ROOT, capture_output=True, text=True)
+    if listed.returncode:
+        sys.exit(f"error: dvc stage list: {listed.stderr.strip().splitlines()[-1] if listed.stderr else 'failed'}")
+    return listed.stdout.split()
+
+
+def load_compare():
+    spec = importlib.util.spec_from_file_location("compare", REPO_ROOT / "scripts" / "compare.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def mlflow_runs(experiment: str | None, uri: str | None) -> tuple[list[dict[str, Any]], str, str]:
+    compare = load_compare()
+    try:
+        experiment, uri = compare.resolve_target(experiment, uri)
+        frame = compare.load_runs(experiment, uri)
+    except compare.CompareError as err:
+        sys.exit(f"error: {err}")
+
+    def cell(row, column: str):
+        return compare._value(row, column)
+
+    runs = []
+    for _, row in frame.iterrows():
+        end = cell(row, "end_time")
+        runs.append({"stage": cell(row, "tags.dvc.stage"), "status": row["status"],
+                     "start": row["start_time"].to_pydatetime(), "end": end.to_pydatetime() if end else None,
+                     "experiment": cell(row, "tags.dvc.experiment"), "commit": cell(row, "tags.git.commit")})
+    return runs, experiment, uri
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--experiment", help="MLflow experiment (default: <tracking.experiment_prefix>-<profile>)")
+    parser.add_argument("--uri", help="tracking URI (default: params.yaml's tracking.mlflow_uri)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    runs, experiment, uri = mlflow_runs(args.experiment, args.uri)
+    result = stage_wall_times(runs, dag_stages())
+    result = {"experiment": experiment, "cpus": os.cpu_count(), "written": datetime.now().isoformat(timespec="seconds"),
+              "note": ("every stage's newest finished workspace run" if result["complete"] else
+                       f"a lower bound: {len(result['missing'])} stages have no finished run in {uri}"), **result}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    for stage, v in result["stages"].items():
+        print(f"{stage:34s} {v['seconds'] / 60:7.1f} min")
+    print(f"{'total':34s} {result['total_s'] / 3600:7.2f} h ({result['note']})")
+    if result["missing"]:
+        print("missing: " + " ".join(result["missing"]))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""scripts/wall_time.py: the default run's wall time from the stages' MLflow runs."""
+
+import importlib.util
+from datetime import datetime, timedelta
+
+import pytest
+
+from lopd.core.config import REPO_ROOT
+
+
+@pytest.fixture(scope="module")
+def wall_time():
+    spec = importlib.util.spec_from_file_location("wall_time", REPO_ROOT / "scripts" / "wall_time.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(stage, start_min, minutes, status="FINISHED", experiment=None):
+    start = datetime(2026, 1, 1) + timedelta(minutes=start_min)
+    return {"stage": stage, "status": status, "start": start, "experiment": experiment, "commit": "c",
+            "end": None if minutes is None else start + timedelta(minutes=minutes)}
+
+
+def test_the_newest_finished_workspace_run_of_each_stage_counts(wall_time):
+    runs = [_run("bank", 0, 10), _run("bank", 20, 4),           # re-run: the newer one counts
+            _run("train", 30, 50), _run("train", 90, 5, "FAILED"),  # a failed retry does not
+            _run("train", 100, 1, experiment="fig3-m_0"),            # nor a sweep point
+            _run("eval", 120, None, "RUNNING"), _run("other", 0, 7)]  # not a DAG stage
+    got = wall_time.stage_wall_times(runs, ["bank", "train", "eval"])
+    assert {s: v["seconds"] for s, v in got["stages"].items()} == {"bank": 240.0, "train": 3000.0}
+    assert got["total_s"] == 3240.0
+    assert got["missing"] == ["eval"] and not got["complete"]
+
+
+def test_complete_when_every_stage_has_a_run(wall_time):
+    got = wall_time.stage_wall_times([_run("a", 0, 1), _run("b", 5, 2)], ["a", "b"])
+    assert got["complete"] and got["missing"] == [] and got["total_s"] == 180.0
