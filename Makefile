@@ -33,10 +33,11 @@ compare: setup
 gpu-check: setup
 	python scripts/gpu_check.py
 
-# The paper's analysis figures (reports/figures/): each queues the DVC experiments of its sweep that have not run on
-# this commit, runs them, and draws from `dvc exp show`; `python scripts/sweep.py draw fig3` draws what has run.
+# The paper's analysis figures (reports/figures/): each runs the DVC experiments of its sweep that have not run on
+# this commit, one after another, and draws from `dvc exp show`; `python scripts/sweep.py draw fig3` draws what has
+# run. `make fig3 SWEEP_FLAGS=--drop-checkpoints` removes each point's trained student from the cache (small disks).
 fig3 fig5: setup
-	python scripts/sweep.py run $@
+	python scripts/sweep.py run $@ $(SWEEP_FLAGS)
 
 fig4: setup
 	python scripts/sweep.py draw fig4

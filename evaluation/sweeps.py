@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from evaluation.stats import wilson_interval
 
@@ -59,6 +59,8 @@ METRICS = {"code": [VALIDATION],
 """What each domain's sweep point is scored by; the ACEBench aggregate is derived from its two suites."""
 TARGET_STAGE = {"code": "train_lopd", "agentic": "eval_agentic@lopd"}
 """The stage a point runs (with whatever upstream stages its overrides change): the one that writes its metric."""
+TRAINED_STAGE = {"code": "train_lopd", "agentic": "train_lopd_agentic"}
+"""The stage whose output, the trained student (2.5 GB at 0.5B), `sweep.py run --drop-checkpoints` drops."""
 
 K_VALUES, N_RET_VALUES = (8, 16, 32, 64, 128), (1, 2, 3, 5, 10)
 SWEEPS = {
@@ -110,9 +112,27 @@ def experiments(exp_show: Sequence[dict], baseline: str) -> dict[str, dict]:
             data = (exp.get("revs") or [{}])[0].get("data") or {}
             if exp.get("name") and data.get("metrics"):
                 params = ((data.get("params") or {}).get("params.yaml") or {}).get("data") or {}
-                out[exp["name"]] = {"params": params,
+                out[exp["name"]] = {"params": params, "rev": (exp.get("revs") or [{}])[0].get("rev"),
                                     "metrics": {f: (m or {}).get("data") or {} for f, m in data["metrics"].items()}}
     return out
+
+
+def droppable_objects(point_lock: dict, workspace_lock: dict, stage: str,
+                      dir_files: Callable[[str], list[str]]) -> set[str]:
+    """The DVC cache objects (md5s) of `stage`'s outputs in a sweep point's dvc.lock that the workspace's dvc.lock
+    does not use: what dropping the point's trained checkpoint from the cache frees, never a file the workspace
+    needs (a tokenizer file the default run's checkpoint shares, say). `dir_files(md5)` lists a directory object's
+    file md5s ([] when it is not in the cache)."""
+    def objects(outs: list[dict]) -> set[str]:
+        found = set()
+        for out in outs:
+            md5 = out.get("md5")
+            if md5:
+                found |= {md5, *(dir_files(md5) if md5.endswith(".dir") else [])}
+        return found
+
+    used = objects([o for s in (workspace_lock.get("stages") or {}).values() for o in s.get("outs") or []])
+    return objects(((point_lock.get("stages") or {}).get(stage) or {}).get("outs") or []) - used
 
 
 def _dig(data: dict, dotted: str) -> Any:

@@ -1,5 +1,6 @@
-"""The paper's analysis figures from DVC experiments: `python scripts/sweep.py run fig3` queues one experiment per
-sweep point that has not run on this commit, runs the queue, then draws; `draw fig3` only draws what has run.
+"""The paper's analysis figures from DVC experiments: `python scripts/sweep.py run fig3` runs one experiment per
+sweep point that has not run on this commit, one after another, then draws; `draw fig3` only draws what has run;
+`queue fig3` only queues them (start them with `dvc queue start`).
 
 Figures (reports/figures/<figure>.{png,pdf,csv}; each also logged to the latest `report` MLflow run):
   fig3  effect of joint optimisation: a frozen phi_0 and margins m in {0 (no constraint), 0.01, 0.02, 0.05, 0.1}
@@ -17,7 +18,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,27 +51,60 @@ def finished_runs() -> dict[str, dict]:
     return sweeps.experiments(json.loads(dvc("exp", "show", "--json")), head())
 
 
-def queue(figure: str, domain: str, profile: str) -> list[str]:
-    """Queue every point of the figure's sweeps that has no finished experiment on this commit; their names."""
-    done, queued = finished_runs(), []
-    waiting = dvc("queue", "status")
+def pending(figure: str, domain: str, profile: str) -> list[tuple[str, list[str]]]:
+    """(name, `dvc exp run` arguments) of every point of the figure's sweeps without a finished experiment on this
+    commit, and not waiting in DVC's queue."""
+    done, waiting, points = finished_runs(), dvc("queue", "status"), []
     for sweep in map(sweeps.SWEEPS.get, sweeps.FIGURES[figure]):
         for point, values in sweep.points.items():
             name = sweeps.experiment_name(sweep.name, point)
             if name in done or re.search(rf"\b{re.escape(name)}\b.*\b(Queued|Running)\b", waiting):
                 continue
-            dvc("exp", "run", "--queue", "-n", name, sweeps.TARGET_STAGE[domain], *sweeps.overrides(values, profile))
-            queued.append(name)
-    return queued
+            points.append((name, ["-n", name, sweeps.TARGET_STAGE[domain], *sweeps.overrides(values, profile)]))
+    return points
 
 
-def run_queue() -> None:
-    """Start one worker (two cores cannot share one LOPD run) and wait until nothing is queued or running."""
-    dvc("queue", "start", "-j", "1")
-    while re.search(r"\b(Queued|Running)\b", status := dvc("queue", "status")):
-        time.sleep(30)
-    if "Failed" in status:
-        print(f"some experiments failed (dvc queue logs <name>):\n{status}")
+def run_points(points: list[tuple[str, list[str]]], domain: str, drop_checkpoints: bool) -> list[str]:
+    """Run the points one after another (two cores cannot share one LOPD run), each in a temporary copy of the
+    repository, its output shown as it runs; the names of those that failed. A killed sweep loses only the point
+    that was running: the next `run` starts from the first point without a finished experiment."""
+    failed = []
+    for i, (name, args) in enumerate(points, 1):
+        print(f"=== [{i}/{len(points)}] {name}: dvc exp run --temp {' '.join(args)}", flush=True)
+        if subprocess.run(["dvc", "exp", "run", "--temp", *args], cwd=REPO).returncode:
+            failed.append(name)
+        elif drop_checkpoints:
+            drop_trained_student(name, sweeps.TRAINED_STAGE[domain])
+    return failed
+
+
+def drop_trained_student(name: str, stage: str) -> None:
+    """Remove experiment `name`'s trained student from DVC's cache (its metrics stay in the experiment; `dvc exp
+    apply` of it then cannot check the checkpoint out), keeping every object the workspace's dvc.lock uses."""
+    import yaml
+
+    rev = finished_runs().get(name, {}).get("rev")
+    if not rev:
+        print(f"{name}: no finished experiment found, nothing dropped")
+        return
+    shown = subprocess.run(["git", "show", f"{rev}:dvc.lock"], cwd=REPO, capture_output=True, text=True)
+    if shown.returncode:
+        print(f"{name}: cannot read its dvc.lock ({shown.stderr.strip()}), nothing dropped")
+        return
+    cache = Path(dvc("cache", "dir").strip()) / "files" / "md5"
+    path = lambda md5: cache / md5[:2] / md5[2:]  # noqa: E731
+
+    def dir_files(md5: str) -> list[str]:
+        return [e["md5"] for e in json.loads(path(md5).read_text())] if path(md5).is_file() else []
+
+    objects = sweeps.droppable_objects(yaml.safe_load(shown.stdout), yaml.safe_load((REPO / "dvc.lock").read_text()),
+                                       stage, dir_files)
+    freed = 0
+    for md5 in sorted(objects, key=lambda m: not m.endswith(".dir")):  # listings first: never a listing without files
+        if path(md5).is_file():
+            freed += path(md5).stat().st_size
+            path(md5).unlink()
+    print(f"{name}: dropped {stage}'s student from the cache ({freed / 2**30:.1f} GiB)")
 
 
 def draw(figure: str, domain: str, profile: str, model: str) -> list[Path]:
@@ -138,6 +171,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("action", choices=["run", "queue", "draw"])
     parser.add_argument("figures", nargs="+", choices=["fig3", "fig4", "fig5"])
+    parser.add_argument("--drop-checkpoints", action="store_true",
+                        help="run: after each point, remove its trained student from DVC's cache (2.5 GB per point "
+                             "at 0.5B); its metrics, which the figure reads, stay")
     parser.add_argument("--domain", choices=["code", "agentic"],
                         help="sweep domain (default: agentic on the paper profile, else code: the cpu model's "
                              "learning signal is in code)")
@@ -148,11 +184,15 @@ def main() -> None:
         sys.exit(f"error: {err}")
     domain = args.domain or ("agentic" if cfg.profile == "paper" else "code")
     sweep_figures = [f for f in args.figures if f in sweeps.FIGURES]
-    if args.action in ("run", "queue"):
-        queued = [name for f in sweep_figures for name in queue(f, domain, cfg.profile)]
-        print(f"queued {len(queued)} experiment(s): {', '.join(queued) or 'none (every point has run)'}")
-        if args.action == "run" and queued:
-            run_queue()
+    points = [p for f in sweep_figures for p in pending(f, domain, cfg.profile)] if args.action != "draw" else []
+    if args.action == "queue":
+        for _, point_args in points:
+            dvc("exp", "run", "--queue", *point_args)
+        print(f"queued {len(points)} experiment(s): {', '.join(n for n, _ in points) or 'none (every point has run)'}")
+    if args.action == "run":
+        print(f"{len(points)} point(s) to run: {', '.join(n for n, _ in points) or 'none (every point has run)'}")
+        if failed := run_points(points, domain, args.drop_checkpoints):
+            print(f"failed: {', '.join(failed)} (their output is above; the figure shows them as missing)")
     if args.action in ("run", "draw"):
         files = [path for f in args.figures for path in draw(f, domain, cfg.profile, cfg.model.name)]
         log_to_report_run(cfg, files)

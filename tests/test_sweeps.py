@@ -99,3 +99,17 @@ def test_files_go_to_the_newest_report_run(tmp_path, monkeypatch):
     assert log_to_latest_run(cfg, "report", [figure])
     client = mlflow.MlflowClient(store)
     assert [a.path for a in client.list_artifacts(ids[1])] == ["fig3.png"] and not client.list_artifacts(ids[0])
+
+
+def test_dropping_a_points_student_frees_only_objects_the_workspace_does_not_use():
+    listings = {"ws.dir": ["tok", "w_default"], "pt.dir": ["tok", "w_point", "cfg"], "comp.dir": ["c1"]}
+    workspace = {"stages": {"train_lopd": {"outs": [{"path": "checkpoints/lopd", "md5": "ws.dir"}]},
+                            "build_bank": {"outs": [{"path": "bank", "md5": "cfg"}]}}}  # shares a file by content
+    point = {"stages": {"train_lopd": {"outs": [{"path": "checkpoints/lopd", "md5": "pt.dir"},
+                                                {"path": "metrics/train/lopd.json", "md5": "m"}]},
+                        "cold_start": {"outs": [{"path": "checkpoints/composer", "md5": "comp.dir"}]}}}
+    got = sweeps.droppable_objects(point, workspace, "train_lopd", lambda md5: listings.get(md5, []))
+    used = {"ws.dir", "cfg", *listings["ws.dir"]}
+    reference = {o for o in ["pt.dir", "m", *listings["pt.dir"]] if o not in used}
+    assert got == reference == {"pt.dir", "w_point", "m"}
+    assert sweeps.droppable_objects(point, workspace, "train_lopd_agentic", listings.get) == set()
