@@ -104,7 +104,7 @@ def drop_trained_student(name: str, stage: str) -> None:
         if path(md5).is_file():
             freed += path(md5).stat().st_size
             path(md5).unlink()
-    print(f"{name}: dropped {stage}'s student from the cache ({freed / 2**30:.1f} GiB)")
+    print(f"{name}: dropped {stage}'s student from the cache ({freed / 2**30:.2f} GiB)")
 
 
 def draw(figure: str, domain: str, profile: str, model: str) -> list[Path]:
