@@ -3,6 +3,7 @@ MLflow store under the test's temp dir so tests never touch a user's store."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -38,6 +39,21 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     if os.environ.get("LOPD_TINY_MODEL_DIR"):
         return Path(os.environ["LOPD_TINY_MODEL_DIR"]).resolve()
     return prepare_base_model("tiny-random", tmp_path_factory.mktemp("tiny") / "base", seed=0)
+
+
+@pytest.fixture(scope="session")
+def load_script():
+    """`load_script(name)`: scripts/<name>.py as a module (scripts/ is not a package: they run as
+    `python scripts/<name>.py`)."""
+    from lopd.core.config import REPO_ROOT
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "scripts" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,5 @@
 """scripts/compare.py on a real sqlite store with two fabricated pipeline invocations."""
 
-import importlib.util
 import subprocess
 import sys
 
@@ -14,11 +13,8 @@ EXPERIMENT = "cmp-smoke"
 
 
 @pytest.fixture(scope="module")
-def compare():
-    spec = importlib.util.spec_from_file_location("compare", REPO_ROOT / "scripts" / "compare.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def compare(load_script):
+    return load_script("compare")
 
 
 def _invocation(monkeypatch, name: str, dvc_pid: int, lr: float, scores: dict[str, float]) -> None:

@@ -1,19 +1,13 @@
 """scripts/wall_time.py: the default run's wall time from the stages' MLflow runs."""
 
-import importlib.util
 from datetime import datetime, timedelta
 
 import pytest
 
-from lopd.core.config import REPO_ROOT
-
 
 @pytest.fixture(scope="module")
-def wall_time():
-    spec = importlib.util.spec_from_file_location("wall_time", REPO_ROOT / "scripts" / "wall_time.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def wall_time(load_script):
+    return load_script("wall_time")
 
 
 def _run(stage, start_min, minutes, status="FINISHED", experiment=None):
