@@ -79,10 +79,13 @@ SWEEPS = {
 FIGURES = {"fig3": ["fig3"], "fig5": ["fig5a", "fig5b"]}
 """Figure -> the sweeps it draws (Fig. 4 needs none: it is the default run's curves)."""
 
-SWEEP_BUDGET = {"cpu": {"lopd.steps": 4, "cold_start.steps": 4}}
-"""Step budgets of every sweep point where the profile's own would not fit (2 cores: LOPD 4 steps x 16 rollouts,
-half the default run's, after a 4-step cold start, a third of its; the README gives the cost). The points of a
-sweep share them, so they compare with each other (not with the default run); other profiles run their own."""
+SWEEP_BUDGET = {"cpu": {"fig3": {"lopd.steps": 4, "cold_start.steps": 4},
+                        "fig5": {"lopd.steps": 2, "cold_start.steps": 4}}}
+"""Per figure, the step budgets of its points where the profile's own would not fit (2 cores). Fig. 3: LOPD 4 steps x
+16 rollouts (half the default run's; β acts from step 2) after one 4-step cold start that its points share. Fig. 5:
+every K and n_ret re-runs the cold start (4 steps, a third of the default's), so LOPD gets 2 steps (32 rollouts).
+The points of a figure share its budget, so they compare with each other (not with the default run or the other
+figure); other profiles run their own steps. The README gives the cost."""
 
 
 def experiment_name(sweep: str, point: str) -> str:
@@ -90,10 +93,25 @@ def experiment_name(sweep: str, point: str) -> str:
     return f"{sweep}-" + re.sub(r"[^0-9A-Za-z.\-]+", "_", point.replace("φ", "phi")).strip("_")
 
 
-def overrides(point: dict[str, Any], profile: str) -> list[str]:
-    """`dvc exp run` arguments for a point: its overrides, plus the sweep step budgets of the profile."""
-    values = {**point, **{k: v for k, v in SWEEP_BUDGET.get(profile, {}).items() if k not in point}}
+def overrides(point: dict[str, Any], figure: str, profile: str) -> list[str]:
+    """`dvc exp run` arguments for a point of a figure: its overrides, plus the figure's step budget on the profile."""
+    budget = SWEEP_BUDGET.get(profile, {}).get(figure, {})
+    values = {**point, **{k: v for k, v in budget.items() if k not in point}}
     return [arg for key, value in values.items() for arg in ("-S", f"{key}={_yaml(value)}")]
+
+
+def experiment_names(figure: str, defaults: dict[str, Any], profile: str) -> dict[tuple[str, str], str]:
+    """(sweep, point) -> the DVC experiment that scores it: one per distinct configuration of the figure, named after
+    its first point. Fig. 5a's K=32 and Fig. 5b's n_ret=3 are both the default configuration, so it runs once.
+    `defaults` is the profile's resolved params (flat `a.b` keys looked up in it) to tell which overrides change
+    nothing."""
+    budget = SWEEP_BUDGET.get(profile, {}).get(figure, {})
+    names, first = {}, {}
+    for sweep in (SWEEPS[s] for s in FIGURES[figure]):
+        for point, values in sweep.points.items():
+            changed = frozenset((k, v) for k, v in {**budget, **values}.items() if _dig(defaults, k) != v)
+            names[sweep.name, point] = first.setdefault(changed, experiment_name(sweep.name, point))
+    return names
 
 
 def _yaml(value: Any) -> str:
@@ -164,11 +182,12 @@ def pooled(a: dict[str, float] | None, b: dict[str, float] | None) -> dict[str, 
     return {"value": mean, "low": low, "high": high, "n": n}
 
 
-def collect(sweep: Sweep, domain: str, runs: dict[str, dict]) -> list[dict[str, Any]]:
-    """One row per (point, metric): its value and CI, or status "missing" when the experiment has not run."""
+def collect(sweep: Sweep, domain: str, runs: dict[str, dict], names: dict[tuple[str, str], str]) -> list[dict[str, Any]]:
+    """One row per (point, metric): its value and CI, or status "missing" when the point's experiment (`names`, from
+    `experiment_names`) has not run."""
     rows = []
     for point in sweep.points:
-        name = experiment_name(sweep.name, point)
+        name = names[sweep.name, point]
         metrics = runs.get(name, {}).get("metrics", {})
         values = {m.label: read_metric(metrics, m) for m in METRICS[domain]}
         if domain == "agentic":

@@ -51,17 +51,18 @@ def finished_runs() -> dict[str, dict]:
     return sweeps.experiments(json.loads(dvc("exp", "show", "--json")), head())
 
 
-def pending(figure: str, domain: str, profile: str) -> list[tuple[str, list[str]]]:
-    """(name, `dvc exp run` arguments) of every point of the figure's sweeps without a finished experiment on this
-    commit, and not waiting in DVC's queue."""
-    done, waiting, points = finished_runs(), dvc("queue", "status"), []
+def pending(figure: str, domain: str, cfg) -> list[tuple[str, list[str]]]:
+    """(name, `dvc exp run` arguments) of every experiment of the figure (one per distinct configuration) without a
+    finished run on this commit, and not waiting in DVC's queue."""
+    done, waiting, points = finished_runs(), dvc("queue", "status"), {}
+    names = sweeps.experiment_names(figure, cfg.to_dict(), cfg.profile)
     for sweep in map(sweeps.SWEEPS.get, sweeps.FIGURES[figure]):
         for point, values in sweep.points.items():
-            name = sweeps.experiment_name(sweep.name, point)
-            if name in done or re.search(rf"\b{re.escape(name)}\b.*\b(Queued|Running)\b", waiting):
+            name = names[sweep.name, point]
+            if name in done or name in points or re.search(rf"\b{re.escape(name)}\b.*\b(Queued|Running)\b", waiting):
                 continue
-            points.append((name, ["-n", name, sweeps.TARGET_STAGE[domain], *sweeps.overrides(values, profile)]))
-    return points
+            points[name] = ["-n", name, sweeps.TARGET_STAGE[domain], *sweeps.overrides(values, figure, cfg.profile)]
+    return list(points.items())
 
 
 def run_points(points: list[tuple[str, list[str]]], domain: str, drop_checkpoints: bool) -> list[str]:
@@ -107,17 +108,18 @@ def drop_trained_student(name: str, stage: str) -> None:
     print(f"{name}: dropped {stage}'s student from the cache ({freed / 2**30:.2f} GiB)")
 
 
-def draw(figure: str, domain: str, profile: str, model: str) -> list[Path]:
+def draw(figure: str, domain: str, cfg) -> list[Path]:
     """Draw a figure from what has run; returns the files written."""
     out = FIGURES_DIR / figure
     if figure == "fig4":
-        return draw_fig4(out, domain, profile, model)
+        return draw_fig4(out, domain, cfg.profile, cfg.model.name)
     runs, files, rows = finished_runs(), [], []
+    names = sweeps.experiment_names(figure, cfg.to_dict(), cfg.profile)
+    budget = sweeps.SWEEP_BUDGET.get(cfg.profile, {}).get(figure, {})
     for sweep in map(sweeps.SWEEPS.get, sweeps.FIGURES[figure]):
-        mine = sweeps.collect(sweep, domain, runs)
+        mine = sweeps.collect(sweep, domain, runs, names)
         rows += mine
-        budget = sweeps.SWEEP_BUDGET.get(profile, {})
-        title = (f"{sweep.title}: {domain} domain, {profile} profile, {model}"
+        title = (f"{sweep.title}: {domain} domain, {cfg.profile} profile, {cfg.model.name}"
                  + "".join(f", {key} {value}" for key, value in budget.items()))
         target = out if len(sweeps.FIGURES[figure]) == 1 else FIGURES_DIR / sweep.name
         files += draw_sweep(mine, list(sweep.points), sweep.default, sweep.x_label, sweep.x is not None,
@@ -184,7 +186,7 @@ def main() -> None:
         sys.exit(f"error: {err}")
     domain = args.domain or ("agentic" if cfg.profile == "paper" else "code")
     sweep_figures = [f for f in args.figures if f in sweeps.FIGURES]
-    points = [p for f in sweep_figures for p in pending(f, domain, cfg.profile)] if args.action != "draw" else []
+    points = [p for f in sweep_figures for p in pending(f, domain, cfg)] if args.action != "draw" else []
     if args.action == "queue":
         for _, point_args in points:
             dvc("exp", "run", "--queue", *point_args)
@@ -194,7 +196,7 @@ def main() -> None:
         if failed := run_points(points, domain, args.drop_checkpoints):
             print(f"failed: {', '.join(failed)} (their output is above; the figure shows them as missing)")
     if args.action in ("run", "draw"):
-        files = [path for f in args.figures for path in draw(f, domain, cfg.profile, cfg.model.name)]
+        files = [path for f in args.figures for path in draw(f, domain, cfg)]
         log_to_report_run(cfg, files)
         print("wrote " + ", ".join(str(p.relative_to(REPO)) for p in files))
 

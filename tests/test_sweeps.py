@@ -19,16 +19,45 @@ def test_every_point_has_a_distinct_valid_experiment_name_and_its_overrides():
     assert sweeps.experiment_name("fig3", "frozen φ0") == "fig3-frozen_phi0"
     assert sweeps.experiment_name("fig3", "m=0 (no constraint)") == "fig3-m_0_no_constraint"
     fig3 = sweeps.SWEEPS["fig3"].points
-    assert sweeps.overrides(fig3["m=0 (no constraint)"], "smoke") == [
+    assert sweeps.overrides(fig3["m=0 (no constraint)"], "fig3", "smoke") == [
         "-S", "margin=0", "-S", "lopd.margin_constraint=false"]
-    assert sweeps.overrides(fig3["frozen φ0"], "cpu") == [
+    assert sweeps.overrides(fig3["frozen φ0"], "fig3", "cpu") == [
         "-S", "lopd.train_composer=false", "-S", "lopd.steps=4", "-S", "cold_start.steps=4"]
+    assert sweeps.overrides(sweeps.SWEEPS["fig5a"].points["K=8"], "fig5", "cpu") == [
+        "-S", "latent_tokens=8", "-S", "lopd.steps=2", "-S", "cold_start.steps=4"]
     assert [v["latent_tokens"] for v in sweeps.SWEEPS["fig5a"].points.values()] == [8, 16, 32, 64, 128]
     assert [v["n_ret"] for v in sweeps.SWEEPS["fig5b"].points.values()] == [1, 2, 3, 5, 10]
     for sweep in sweeps.SWEEPS.values():  # each sweep's default point is the default configuration
         defaults = resolve({"profile": "cpu"}).to_dict()
         assert all(defaults[k.split(".")[0]] == v if "." not in k else defaults[k.split(".")[0]][k.split(".")[1]] == v
                    for k, v in sweep.points[sweep.default].items()), sweep.name
+
+
+def _nested(dotted: dict) -> dict:
+    out = {}
+    for key, value in dotted.items():
+        *parents, leaf = key.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
+@pytest.mark.parametrize("profile", ["cpu", "smoke"])
+def test_a_figure_runs_one_experiment_per_distinct_configuration(profile):
+    for figure, sweep_names in sweeps.FIGURES.items():
+        names = sweeps.experiment_names(figure, resolve({"profile": profile}).to_dict(), profile)
+        budget = sweeps.SWEEP_BUDGET.get(profile, {}).get(figure, {})
+        configs = {(s, p): resolve({"profile": profile, **_nested({**budget, **values})}).to_dict()
+                   for s in sweep_names for p, values in sweeps.SWEEPS[s].points.items()}
+        assert set(names) == set(configs)
+        for a in configs:  # the same experiment exactly where the resolved configurations are equal
+            for b in configs:
+                assert (names[a] == names[b]) == (configs[a] == configs[b]), (figure, a, b)
+        assert set(names.values()) <= {sweeps.experiment_name(*key) for key in configs}
+    fig5 = sweeps.experiment_names("fig5", resolve({"profile": "cpu"}).to_dict(), "cpu")
+    assert fig5["fig5b", "n_ret=3"] == fig5["fig5a", "K=32"] == "fig5a-K_32" and len(set(fig5.values())) == 9
 
 
 def _exp(name, metrics):
@@ -44,7 +73,8 @@ def test_points_are_read_from_dvc_exp_show_on_this_commit_only():
             {"rev": "old999", "experiments": [_exp("fig3-m_0.1", {"metrics/train/lopd.json": {"data": lopd}})]}]
     runs = sweeps.experiments(show, "abc123")
     assert set(runs) == {"fig3-m_0.02"}
-    rows = sweeps.collect(sweeps.SWEEPS["fig3"], "code", runs)
+    names = {("fig3", p): sweeps.experiment_name("fig3", p) for p in sweeps.SWEEPS["fig3"].points}
+    rows = sweeps.collect(sweeps.SWEEPS["fig3"], "code", runs, names)
     assert [r["point"] for r in rows] == list(sweeps.SWEEPS["fig3"].points)
     ok = [r for r in rows if r["status"] == "ok"]
     assert len(ok) == 1 and ok[0]["point"] == "m=0.02" and (ok[0]["value"], ok[0]["low"], ok[0]["high"],
@@ -63,16 +93,18 @@ def test_the_acebench_aggregate_pools_both_suites():
     metrics = {"metrics/agentic/eval/lopd.json": {"eval_agentic@lopd": {
         "envscaler": {"score": 40.0, "score_ci_low": 30.0, "score_ci_high": 50.0, "n_tasks": 20},
         "acebench_multi_step": {"score": 50.0, "n_tasks": 10}, "acebench_multi_turn": {"score": 20.0, "n_tasks": 30}}}}
-    rows = sweeps.collect(sweeps.SWEEPS["fig5b"], "agentic", {"fig5b-n_ret_3": {"metrics": metrics}})
+    names = sweeps.experiment_names("fig5", resolve({"profile": "cpu"}).to_dict(), "cpu")
+    rows = sweeps.collect(sweeps.SWEEPS["fig5b"], "agentic", {"fig5a-K_32": {"metrics": metrics}}, names)
     mine = {r["metric"]: r for r in rows if r["point"] == "n_ret=3"}
     assert mine["EnvScaler reward (LOPD student)"]["value"] == pytest.approx(0.4)
     assert mine["ACEBench aggregate"]["value"] == pytest.approx(p)
 
 
 def test_figures_draw_what_has_run_and_name_the_rest(tmp_path):
+    names = {("fig5a", p): sweeps.experiment_name("fig5a", p) for p in sweeps.SWEEPS["fig5a"].points}
     rows = sweeps.collect(sweeps.SWEEPS["fig5a"], "code", {"fig5a-K_32": {"metrics": {"metrics/train/lopd.json": {
         "train_lopd": {"val_reward_final": 0.5, "val_reward_final_ci_low": 0.3, "val_reward_final_ci_high": 0.7,
-                       "val_n": 32}}}}})
+                       "val_n": 32}}}}}, names)
     files = draw_sweep(rows, list(sweeps.SWEEPS["fig5a"].points), "K=32", "K", True, tmp_path / "f.png", "t")
     assert [f.name for f in files] == ["f.png", "f.pdf"] and all(f.stat().st_size > 0 for f in files)
     history = [{"cumulative_rollouts": 16 * i, "reward": i / 4} for i in range(1, 4)]
