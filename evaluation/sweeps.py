@@ -182,7 +182,8 @@ def pooled(a: dict[str, float] | None, b: dict[str, float] | None) -> dict[str, 
     return {"value": mean, "low": low, "high": high, "n": n}
 
 
-def collect(sweep: Sweep, domain: str, runs: dict[str, dict], names: dict[tuple[str, str], str]) -> list[dict[str, Any]]:
+def collect(sweep: Sweep, domain: str, runs: dict[str, dict],
+            names: dict[tuple[str, str], str]) -> list[dict[str, Any]]:
     """One row per (point, metric): its value and CI, or status "missing" when the point's experiment (`names`, from
     `experiment_names`) has not run."""
     rows = []
