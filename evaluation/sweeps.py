@@ -93,10 +93,20 @@ def experiment_name(sweep: str, point: str) -> str:
     return f"{sweep}-" + re.sub(r"[^0-9A-Za-z.\-]+", "_", point.replace("φ", "phi")).strip("_")
 
 
+def budget(figure: str, profile: str) -> dict[str, Any]:
+    """The figure's step budget on the profile (empty: the profile's own steps)."""
+    return SWEEP_BUDGET.get(profile, {}).get(figure, {})
+
+
+def point_params(point: dict[str, Any], figure: str, profile: str) -> dict[str, Any]:
+    """Every params.yaml override a point of a figure runs with: its own, then the figure's budget where the point
+    does not set that key."""
+    return {**point, **{k: v for k, v in budget(figure, profile).items() if k not in point}}
+
+
 def overrides(point: dict[str, Any], figure: str, profile: str) -> list[str]:
-    """`dvc exp run` arguments for a point of a figure: its overrides, plus the figure's step budget on the profile."""
-    budget = SWEEP_BUDGET.get(profile, {}).get(figure, {})
-    values = {**point, **{k: v for k, v in budget.items() if k not in point}}
+    """`dvc exp run` arguments for a point of a figure."""
+    values = point_params(point, figure, profile)
     return [arg for key, value in values.items() for arg in ("-S", f"{key}={_yaml(value)}")]
 
 
@@ -105,11 +115,11 @@ def experiment_names(figure: str, defaults: dict[str, Any], profile: str) -> dic
     its first point. Fig. 5a's K=32 and Fig. 5b's n_ret=3 are both the default configuration, so it runs once.
     `defaults` is the profile's resolved params (flat `a.b` keys looked up in it) to tell which overrides change
     nothing."""
-    budget = SWEEP_BUDGET.get(profile, {}).get(figure, {})
     names, first = {}, {}
     for sweep in (SWEEPS[s] for s in FIGURES[figure]):
         for point, values in sweep.points.items():
-            changed = frozenset((k, v) for k, v in {**budget, **values}.items() if _dig(defaults, k) != v)
+            changed = frozenset((k, v) for k, v in point_params(values, figure, profile).items()
+                                if _dig(defaults, k) != v)
             names[sweep.name, point] = first.setdefault(changed, experiment_name(sweep.name, point))
     return names
 

@@ -115,7 +115,7 @@ def draw(figure: str, domain: str, cfg) -> list[Path]:
         return draw_fig4(out, domain, cfg.profile, cfg.model.name)
     runs, files, rows = finished_runs(), [], []
     names = sweeps.experiment_names(figure, cfg.to_dict(), cfg.profile)
-    budget = sweeps.SWEEP_BUDGET.get(cfg.profile, {}).get(figure, {})
+    budget = sweeps.budget(figure, cfg.profile)
     for sweep in map(sweeps.SWEEPS.get, sweeps.FIGURES[figure]):
         mine = sweeps.collect(sweep, domain, runs, names)
         rows += mine
