@@ -10,6 +10,7 @@ evaluation in the agentic domain (the paper's).
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -128,20 +129,101 @@ def _yaml(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def experiments(exp_show: Sequence[dict], baseline: str) -> dict[str, dict]:
-    """Name -> {"params": flat params.yaml values, "metrics": {file: data}} of every finished experiment on the
-    baseline commit `baseline` (`dvc exp show --json`'s rows)."""
-    out = {}
+def experiments(exp_show: Sequence[dict]) -> list[dict]:
+    """Every finished experiment in `dvc exp show --json`'s rows (of all the baselines it was asked about), as
+    {"name", "rev", "baseline", "params": flat params.yaml values, "metrics": {file: data}}, in DVC's order."""
+    out = []
     for row in exp_show:
-        rev = str(row.get("rev") or "")
-        if not rev or not (rev.startswith(baseline) or baseline.startswith(rev)):  # full or short hashes
-            continue
+        baseline = str(row.get("rev") or "")
         for exp in row.get("experiments") or []:
-            data = (exp.get("revs") or [{}])[0].get("data") or {}
+            rev = (exp.get("revs") or [{}])[0]
+            data = rev.get("data") or {}
             if exp.get("name") and data.get("metrics"):
                 params = ((data.get("params") or {}).get("params.yaml") or {}).get("data") or {}
-                out[exp["name"]] = {"params": params, "rev": (exp.get("revs") or [{}])[0].get("rev"),
-                                    "metrics": {f: (m or {}).get("data") or {} for f, m in data["metrics"].items()}}
+                out.append({"name": exp["name"], "rev": rev.get("rev"), "baseline": baseline, "params": params,
+                            "metrics": {f: (m or {}).get("data") or {} for f, m in data["metrics"].items()}})
+    return out
+
+
+def stale_reason(point_lock: dict, workspace_lock: dict, stage: str, overrides: dict[str, Any]) -> str | None:
+    """Why a finished sweep point no longer scores the workspace's code and data (None: it still does), from its
+    dvc.lock and the workspace's. `stage` (the point's metric) must have run with the workspace's command, code and
+    data files, and the workspace's params except `overrides` (flat `a.b` keys), which must hold the point's values.
+    An input that a stage upstream produced must be the workspace's, unless the point re-ran that stage (its params
+    or inputs differ from the workspace's record), which is then checked in the same way. So a point run on an
+    older commit still counts after commits that changed nothing it ran (README, tests, other stages)."""
+    point, now = point_lock.get("stages") or {}, workspace_lock.get("stages") or {}
+    producer = {out["path"]: name for name, s in point.items() for out in s.get("outs") or []}
+    deps = lambda s: {d["path"]: d.get("md5") for d in s.get("deps") or []}  # noqa: E731
+    todo, seen = [stage], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        mine, theirs = point.get(name), now.get(name)
+        if mine is None:
+            return f"{name} did not run in it"
+        if theirs is None:
+            return f"{name} is not in the workspace's dvc.lock"
+        if mine.get("cmd") != theirs.get("cmd"):
+            return f"{name}'s command changed"
+        ran, ran_now = deps(mine), deps(theirs)
+        if set(ran) != set(ran_now):
+            return f"{name}'s dependencies changed: {', '.join(sorted(set(ran) ^ set(ran_now)))}"
+        for path, md5 in ran.items():
+            upstream = producer.get(path, name)
+            if md5 == ran_now[path]:
+                continue
+            if upstream == name or _same_record(point[upstream], now.get(upstream) or {}):
+                return f"{name}: {path} changed" + (f" ({upstream} was recorded again)" if upstream != name else "")
+            todo.append(upstream)
+        expected = _flat({f: _overridden(v, overrides) if f == "params.yaml" else v
+                          for f, v in (theirs.get("params") or {}).items()})
+        ran_params = _flat(mine.get("params") or {})
+        for key in sorted(set(expected) | set(ran_params)):
+            if expected.get(key, _MISSING) != ran_params.get(key, _MISSING):
+                return f"{name}: {key} was {ran_params.get(key)!r}, expected {expected.get(key)!r}"
+    return None
+
+
+def _same_record(a: dict, b: dict) -> bool:
+    """Whether two dvc.lock records of a stage ran the same command on the same inputs and params."""
+    return all(a.get(k) == b.get(k) for k in ("cmd", "deps", "params"))
+
+
+_MISSING = object()
+
+
+def _overridden(params: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """A stage's recorded params.yaml values (flat `a.b` keys or whole sections) with `overrides` applied where the
+    stage reads them."""
+    out = copy.deepcopy(params)
+    for key, value in overrides.items():
+        parts = key.split(".")
+        for i in range(len(parts), 0, -1):
+            head = ".".join(parts[:i])
+            if head not in out:
+                continue
+            if i == len(parts):
+                out[head] = value
+            else:
+                section = out[head]
+                for part in parts[i:-1]:
+                    section = section.get(part) if isinstance(section, dict) else None
+                if isinstance(section, dict):
+                    section[parts[-1]] = value
+            break
+    return out
+
+
+def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
     return out
 
 

@@ -1,6 +1,7 @@
 """The paper's analysis figures from DVC experiments: `python scripts/sweep.py run fig3` runs one experiment per
-sweep point that has not run on this commit, one after another, then draws; `draw fig3` only draws what has run;
-`queue fig3` only queues them (start them with `dvc queue start`).
+sweep point without a current run, one after another, then draws; `draw fig3` only draws what has run; `queue fig3`
+only queues them (start them with `dvc queue start`). A point run on an earlier commit stays current while the code,
+data and params it ran are unchanged (`evaluation.sweeps.stale_reason`), so a sweep can span sessions and commits.
 
 Figures (reports/figures/<figure>.{png,pdf,csv}; each also logged to the latest `report` MLflow run):
   fig3  effect of joint optimisation: a frozen phi_0 and margins m in {0 (no constraint), 0.01, 0.02, 0.05, 0.1}
@@ -42,27 +43,70 @@ def dvc(*args: str) -> str:
     return proc.stdout
 
 
-def head() -> str:
-    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                          check=True).stdout.strip()
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout
 
 
-def finished_runs() -> dict[str, dict]:
-    return sweeps.experiments(json.loads(dvc("exp", "show", "--json")), head())
+def exp_ref(name: str) -> str:
+    """The git ref of experiment `name` on the current commit (DVC's layout: refs/exps/<sha[:2]>/<sha[2:]>/<name>)."""
+    sha = git("rev-parse", "HEAD").strip()
+    return f"refs/exps/{sha[:2]}/{sha[2:]}/{name}"
+
+
+def configurations(figure: str, cfg) -> dict[str, dict]:
+    """Experiment name -> the params.yaml overrides it runs with, one per distinct configuration of the figure."""
+    names = sweeps.experiment_names(figure, cfg.to_dict(), cfg.profile)
+    points = {(s.name, p): v for s in map(sweeps.SWEEPS.get, sweeps.FIGURES[figure]) for p, v in s.points.items()}
+    return {name: sweeps.point_params(points[key], figure, cfg.profile) for key, name in names.items()}
+
+
+def workspace_lock(stage: str, strict: bool) -> dict:
+    """The workspace's dvc.lock, which sweep points are checked against; it must be current for `stage` and what it
+    reads (else the check would accept points of code that has since changed): an error when `strict`, else a
+    note."""
+    import yaml
+
+    changed = json.loads(dvc("status", "--with-deps", "--json", stage) or "{}")
+    if changed:
+        message = (f"dvc.lock is not current for {stage} ({', '.join(sorted(changed))} changed): run `dvc repro "
+                   f"{stage}` first")
+        if strict:
+            sys.exit(f"error: {message}, so that the points start from its recorded stages")
+        print(f"note: {message}; the figure shows the points that match the recorded run")
+    return yaml.safe_load((REPO / "dvc.lock").read_text()) or {}
+
+
+def current_runs(figure: str, domain: str, cfg, strict: bool = False) -> dict[str, dict]:
+    """Name -> the finished experiment that scores each configuration of the figure on the workspace's code and
+    data, from the experiments of every commit (`sweeps.stale_reason`): a sweep spans sessions and commits."""
+    import yaml
+
+    wanted, stage = configurations(figure, cfg), sweeps.TARGET_STAGE[domain]
+    refs = git("for-each-ref", "--format=%(refname)", "refs/exps/").split()
+    baselines = sorted({m[1] + m[2] for r in refs if (m := re.fullmatch(r"refs/exps/(\w\w)/(\w{38})/[^/]+", r))})
+    show = json.loads(dvc("exp", "show", "--json", *(a for b in baselines or ["HEAD"] for a in ("--rev", b))))
+    lock, runs, stale = workspace_lock(stage, strict), {}, {}
+    for exp in sweeps.experiments(show):
+        name = exp["name"]
+        if name not in wanted or name in runs:
+            continue
+        point_lock = yaml.safe_load(git("show", f"{exp['rev']}:dvc.lock")) or {}
+        if reason := sweeps.stale_reason(point_lock, lock, stage, wanted[name]):
+            stale.setdefault(name, f"{name} ({exp['baseline'][:7]}: {reason})")
+        else:
+            runs[name] = exp
+    if outdated := [why for name, why in stale.items() if name not in runs]:
+        print(f"{figure}: not counted, run on other code or data: {'; '.join(outdated)}")
+    return runs
 
 
 def pending(figure: str, domain: str, cfg) -> list[tuple[str, list[str]]]:
     """(name, `dvc exp run` arguments) of every experiment of the figure (one per distinct configuration) without a
-    finished run on this commit, and not waiting in DVC's queue."""
-    done, waiting, points = finished_runs(), dvc("queue", "status"), {}
-    names = sweeps.experiment_names(figure, cfg.to_dict(), cfg.profile)
-    for sweep in map(sweeps.SWEEPS.get, sweeps.FIGURES[figure]):
-        for point, values in sweep.points.items():
-            name = names[sweep.name, point]
-            if name in done or name in points or re.search(rf"\b{re.escape(name)}\b.*\b(Queued|Running)\b", waiting):
-                continue
-            points[name] = ["-n", name, sweeps.TARGET_STAGE[domain], *sweeps.overrides(values, figure, cfg.profile)]
-    return list(points.items())
+    current finished run, and not waiting in DVC's queue."""
+    done, waiting = current_runs(figure, domain, cfg, strict=True), dvc("queue", "status")
+    return [(name, ["-n", name, sweeps.TARGET_STAGE[domain], *sweeps.overrides(values, figure, cfg.profile)])
+            for name, values in configurations(figure, cfg).items()
+            if name not in done and not re.search(rf"\b{re.escape(name)}\b.*\b(Queued|Running)\b", waiting)]
 
 
 def run_points(points: list[tuple[str, list[str]]], domain: str, drop_checkpoints: bool) -> list[str]:
@@ -72,6 +116,9 @@ def run_points(points: list[tuple[str, list[str]]], domain: str, drop_checkpoint
     failed = []
     for i, (name, args) in enumerate(points, 1):
         print(f"=== [{i}/{len(points)}] {name}: dvc exp run --temp {' '.join(args)}", flush=True)
+        if git("for-each-ref", exp_ref(name)).strip():  # a stale run of this commit would block the name
+            print(f"{name}: removing its stale experiment on this commit")
+            dvc("exp", "remove", exp_ref(name))
         if subprocess.run(["dvc", "exp", "run", "--temp", *args], cwd=REPO).returncode:
             failed.append(name)
         elif drop_checkpoints:
@@ -84,11 +131,7 @@ def drop_trained_student(name: str, stage: str) -> None:
     apply` of it then cannot check the checkpoint out), keeping every object the workspace's dvc.lock uses."""
     import yaml
 
-    rev = finished_runs().get(name, {}).get("rev")
-    if not rev:
-        print(f"{name}: no finished experiment found, nothing dropped")
-        return
-    shown = subprocess.run(["git", "show", f"{rev}:dvc.lock"], cwd=REPO, capture_output=True, text=True)
+    shown = subprocess.run(["git", "show", f"{exp_ref(name)}:dvc.lock"], cwd=REPO, capture_output=True, text=True)
     if shown.returncode:
         print(f"{name}: cannot read its dvc.lock ({shown.stderr.strip()}), nothing dropped")
         return
@@ -113,7 +156,7 @@ def draw(figure: str, domain: str, cfg) -> list[Path]:
     out = FIGURES_DIR / figure
     if figure == "fig4":
         return draw_fig4(out, domain, cfg.profile, cfg.model.name)
-    runs, files, rows = finished_runs(), [], []
+    runs, files, rows = current_runs(figure, domain, cfg), [], []
     names = sweeps.experiment_names(figure, cfg.to_dict(), cfg.profile)
     budget = sweeps.budget(figure, cfg.profile)
     for sweep in map(sweeps.SWEEPS.get, sweeps.FIGURES[figure]):

@@ -1,6 +1,7 @@
 """The analysis sweeps: experiment names and overrides, reading points back from `dvc exp show --json`, the ACEBench
 aggregate, the figures (missing points named) and adding files to the newest MLflow `report` run."""
 
+import copy
 import math
 
 import mlflow
@@ -60,25 +61,84 @@ def test_a_figure_runs_one_experiment_per_distinct_configuration(profile):
     assert fig5["fig5b", "n_ret=3"] == fig5["fig5a", "K=32"] == "fig5a-K_32" and len(set(fig5.values())) == 9
 
 
-def _exp(name, metrics):
-    return {"name": name, "revs": [{"data": {"params": {"params.yaml": {"data": {}}}, "metrics": metrics}}]}
+def _exp(name, metrics, rev="e1"):
+    return {"name": name, "revs": [{"rev": rev, "data": {"params": {"params.yaml": {"data": {"margin": 0.02}}},
+                                                         "metrics": metrics}}]}
 
 
-def test_points_are_read_from_dvc_exp_show_on_this_commit_only():
+def test_points_are_read_from_dvc_exp_show_of_every_baseline_asked_for():
     lopd = {"train_lopd": {"val_reward_final": 0.5, "val_reward_final_ci_low": 0.3, "val_reward_final_ci_high": 0.7,
                            "val_n": 32}}
     show = [{"rev": "workspace", "experiments": None},
             {"rev": "abc123", "experiments": [_exp("fig3-m_0.02", {"metrics/train/lopd.json": {"data": lopd}}),
                                               _exp("fig3-frozen_phi0", {})]},  # queued, no metrics yet
-            {"rev": "old999", "experiments": [_exp("fig3-m_0.1", {"metrics/train/lopd.json": {"data": lopd}})]}]
-    runs = sweeps.experiments(show, "abc123")
-    assert set(runs) == {"fig3-m_0.02"}
+            {"rev": "old999", "experiments": [_exp("fig3-m_0.1", {"metrics/train/lopd.json": {"data": lopd}}, "e2")]}]
+    found = sweeps.experiments(show)
+    assert [(e["name"], e["baseline"], e["rev"]) for e in found] == [("fig3-m_0.02", "abc123", "e1"),
+                                                                      ("fig3-m_0.1", "old999", "e2")]
+    assert found[0]["params"] == {"margin": 0.02}
+    runs = {e["name"]: e for e in found if e["name"] == "fig3-m_0.02"}
     names = {("fig3", p): sweeps.experiment_name("fig3", p) for p in sweeps.SWEEPS["fig3"].points}
     rows = sweeps.collect(sweeps.SWEEPS["fig3"], "code", runs, names)
     assert [r["point"] for r in rows] == list(sweeps.SWEEPS["fig3"].points)
     ok = [r for r in rows if r["status"] == "ok"]
     assert len(ok) == 1 and ok[0]["point"] == "m=0.02" and (ok[0]["value"], ok[0]["low"], ok[0]["high"],
                                                              ok[0]["n"]) == (0.5, 0.3, 0.7, 32)
+
+
+def _lock(train_params, composer="c0", cold_params=None, code="k0", bank="b0", cold_code="q0"):
+    """A dvc.lock: build_bank -> cold_start (bank -> composer, also running cold.py) -> train_lopd, all running
+    code.py, and a report beside them."""
+    dep = lambda path, md5: {"path": path, "hash": "md5", "md5": md5}  # noqa: E731
+    return {"schema": "2.0", "stages": {
+        "build_bank": {"cmd": "bank", "deps": [dep("code.py", code)], "outs": [dep("bank", bank)]},
+        "cold_start": {"cmd": "cold", "deps": [dep("bank", bank), dep("code.py", code), dep("cold.py", cold_code)],
+                       "params": {"params.yaml": cold_params or {"cold_start.steps": 12, "latent_tokens": 32}},
+                       "outs": [dep("checkpoints/composer", composer)]},
+        "train_lopd": {"cmd": "train", "deps": [dep("checkpoints/composer", composer), dep("code.py", code)],
+                       "params": {"params.yaml": train_params}, "outs": [dep("checkpoints/lopd", "s1")]},
+        "report": {"cmd": "report", "deps": [dep("other.py", "o1")]}}}
+
+
+DEFAULTS = {"margin": 0.05, "lopd": {"steps": 8, "top_m": 20}, "latent_tokens": 32}
+
+
+def test_a_point_stays_current_until_what_it_ran_changes():
+    workspace = _lock(DEFAULTS)
+    margin = {"margin": 0.02, "lopd.steps": 4}
+    point = _lock({"margin": 0.02, "lopd": {"steps": 4, "top_m": 20}, "latent_tokens": 32})
+    assert sweeps.stale_reason(point, workspace, "train_lopd", margin) is None
+    # a stage it did not run may differ (the workspace re-recorded its report since)
+    later = copy.deepcopy(workspace)
+    later["stages"]["report"]["deps"][0]["md5"] = "o2"
+    assert sweeps.stale_reason(point, later, "train_lopd", margin) is None
+    # its code, an upstream output it did not re-run, a param it did not set, or its own value changed
+    assert sweeps.stale_reason(point, _lock(DEFAULTS, code="k1"), "train_lopd", margin) == "train_lopd: code.py changed"
+    assert sweeps.stale_reason(point, _lock(DEFAULTS, composer="c9"), "train_lopd", margin) == \
+        "train_lopd: checkpoints/composer changed (cold_start was recorded again)"
+    top = _lock({**DEFAULTS, "lopd": {"steps": 8, "top_m": 10}})
+    assert "lopd.top_m" in sweeps.stale_reason(point, top, "train_lopd", margin)
+    assert "margin" in sweeps.stale_reason(point, workspace, "train_lopd", {"margin": 0.01, "lopd.steps": 4})
+    moved = copy.deepcopy(workspace)
+    moved["stages"]["train_lopd"]["cmd"] = "train --new"
+    assert sweeps.stale_reason(point, moved, "train_lopd", margin) == "train_lopd's command changed"
+    del moved["stages"]["train_lopd"]
+    assert sweeps.stale_reason(point, moved, "train_lopd", margin) == "train_lopd is not in the workspace's dvc.lock"
+
+
+def test_a_point_that_re_ran_an_upstream_stage_is_checked_through_it():
+    """Fig. 5's K = 8: the point re-ran the cold start with its own K and steps, so its composer differs from the
+    workspace's; the point counts while the cold start's own code and data are the workspace's."""
+    k8 = {"latent_tokens": 8, "cold_start.steps": 4, "lopd.steps": 2}
+    cold = {"cold_start.steps": 4, "latent_tokens": 8}
+    point = _lock({**DEFAULTS, "lopd": {"steps": 2, "top_m": 20}, "latent_tokens": 8}, composer="c8", cold_params=cold)
+    assert sweeps.stale_reason(point, _lock(DEFAULTS), "train_lopd", k8) is None
+    assert sweeps.stale_reason(point, _lock(DEFAULTS, bank="b1"), "train_lopd", k8) == \
+        "cold_start: bank changed (build_bank was recorded again)"
+    assert sweeps.stale_reason(point, _lock(DEFAULTS, cold_code="q1"), "train_lopd", k8) == "cold_start: cold.py changed"
+    wrong = _lock({**DEFAULTS, "lopd": {"steps": 2, "top_m": 20}, "latent_tokens": 8}, composer="c8",
+                  cold_params={"cold_start.steps": 12, "latent_tokens": 8})
+    assert "cold_start.steps" in sweeps.stale_reason(wrong, _lock(DEFAULTS), "train_lopd", k8)
 
 
 def test_the_acebench_aggregate_pools_both_suites():
