@@ -34,8 +34,9 @@ gpu-check: setup
 	python scripts/gpu_check.py
 
 # The paper's analysis figures (reports/figures/): each runs the DVC experiments of its sweep without a current run
-# (one on an earlier commit counts while what it ran is unchanged), one after another, and draws from `dvc exp show`; `python scripts/sweep.py draw fig3` draws what has
-# run. `make fig3 SWEEP_FLAGS=--drop-checkpoints` removes each point's trained student from the cache (small disks).
+# (one on an earlier commit counts while what it ran is unchanged), one after another, and draws from `dvc exp
+# show`; `python scripts/sweep.py draw fig3` draws what has run. `make fig3 SWEEP_FLAGS=--drop-checkpoints` removes
+# each point's trained student from the cache (small disks).
 fig3 fig5: setup
 	python scripts/sweep.py run $@ $(SWEEP_FLAGS)
 

@@ -145,6 +145,9 @@ def experiments(exp_show: Sequence[dict]) -> list[dict]:
     return out
 
 
+_MISSING = object()
+
+
 def stale_reason(point_lock: dict, workspace_lock: dict, stage: str, overrides: dict[str, Any]) -> str | None:
     """Why a finished sweep point no longer scores the workspace's code and data (None: it still does), from its
     dvc.lock and the workspace's. `stage` (the point's metric) must have run with the workspace's command, code and
@@ -154,7 +157,6 @@ def stale_reason(point_lock: dict, workspace_lock: dict, stage: str, overrides: 
     older commit still counts after commits that changed nothing it ran (README, tests, other stages)."""
     point, now = point_lock.get("stages") or {}, workspace_lock.get("stages") or {}
     producer = {out["path"]: name for name, s in point.items() for out in s.get("outs") or []}
-    deps = lambda s: {d["path"]: d.get("md5") for d in s.get("deps") or []}  # noqa: E731
     todo, seen = [stage], set()
     while todo:
         name = todo.pop()
@@ -168,7 +170,7 @@ def stale_reason(point_lock: dict, workspace_lock: dict, stage: str, overrides: 
             return f"{name} is not in the workspace's dvc.lock"
         if mine.get("cmd") != theirs.get("cmd"):
             return f"{name}'s command changed"
-        ran, ran_now = deps(mine), deps(theirs)
+        ran, ran_now = _deps(mine), _deps(theirs)
         if set(ran) != set(ran_now):
             return f"{name}'s dependencies changed: {', '.join(sorted(set(ran) ^ set(ran_now)))}"
         for path, md5 in ran.items():
@@ -187,12 +189,13 @@ def stale_reason(point_lock: dict, workspace_lock: dict, stage: str, overrides: 
     return None
 
 
+def _deps(record: dict) -> dict[str, str | None]:
+    return {d["path"]: d.get("md5") for d in record.get("deps") or []}
+
+
 def _same_record(a: dict, b: dict) -> bool:
     """Whether two dvc.lock records of a stage ran the same command on the same inputs and params."""
     return all(a.get(k) == b.get(k) for k in ("cmd", "deps", "params"))
-
-
-_MISSING = object()
 
 
 def _overridden(params: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

@@ -116,22 +116,25 @@ def run_points(points: list[tuple[str, list[str]]], domain: str, drop_checkpoint
     failed = []
     for i, (name, args) in enumerate(points, 1):
         print(f"=== [{i}/{len(points)}] {name}: dvc exp run --temp {' '.join(args)}", flush=True)
-        if git("for-each-ref", exp_ref(name)).strip():  # a stale run of this commit would block the name
+        ref = exp_ref(name)  # before the run: a commit made while it runs does not move its baseline
+        if git("for-each-ref", ref).strip():  # a stale run of this commit would block the name
             print(f"{name}: removing its stale experiment on this commit")
-            dvc("exp", "remove", exp_ref(name))
+            dvc("exp", "remove", ref)
         if subprocess.run(["dvc", "exp", "run", "--temp", *args], cwd=REPO).returncode:
             failed.append(name)
         elif drop_checkpoints:
-            drop_trained_student(name, sweeps.TRAINED_STAGE[domain])
+            drop_trained_student(ref, sweeps.TRAINED_STAGE[domain])
     return failed
 
 
-def drop_trained_student(name: str, stage: str) -> None:
-    """Remove experiment `name`'s trained student from DVC's cache (its metrics stay in the experiment; `dvc exp
-    apply` of it then cannot check the checkpoint out), keeping every object the workspace's dvc.lock uses."""
+def drop_trained_student(ref: str, stage: str) -> None:
+    """Remove the trained student of the experiment at git ref `ref` from DVC's cache (its metrics stay in the
+    experiment; `dvc exp apply` of it then cannot check the checkpoint out), keeping every object the workspace's
+    dvc.lock uses."""
     import yaml
 
-    shown = subprocess.run(["git", "show", f"{exp_ref(name)}:dvc.lock"], cwd=REPO, capture_output=True, text=True)
+    name = ref.rsplit("/", 1)[-1]
+    shown = subprocess.run(["git", "show", f"{ref}:dvc.lock"], cwd=REPO, capture_output=True, text=True)
     if shown.returncode:
         print(f"{name}: cannot read its dvc.lock ({shown.stderr.strip()}), nothing dropped")
         return
