@@ -80,13 +80,15 @@ SWEEPS = {
 FIGURES = {"fig3": ["fig3"], "fig5": ["fig5a", "fig5b"]}
 """Figure -> the sweeps it draws (Fig. 4 needs none: it is the default run's curves)."""
 
-SWEEP_BUDGET = {"cpu": {"fig3": {"lopd.steps": 4, "cold_start.steps": 4},
+SWEEP_BUDGET = {"cpu": {"fig3": {"lopd.steps": 4},
                         "fig5": {"lopd.steps": 2, "cold_start.steps": 4}}}
 """Per figure, the step budgets of its points where the profile's own would not fit (2 cores). Fig. 3: LOPD 4 steps x
-16 rollouts (half the default run's; β acts from step 2) after one 4-step cold start that its points share. Fig. 5:
-every K and n_ret re-runs the cold start (4 steps, a third of the default's), so LOPD gets 2 steps (32 rollouts).
-The points of a figure share its budget, so they compare with each other (not with the default run or the other
-figure); other profiles run their own steps. The README gives the cost."""
+16 rollouts (half the default run's; β acts from step 2) from the default run's cold start, which is φ0 and comes
+from the cache (a shorter cold start would re-run in every point: DVC's run cache skips stages with persistent
+outputs, and the cold start persists its progress to resume). Fig. 5: every K and n_ret needs its own cold start
+(4 steps, a third of the default's), so LOPD gets 2 steps (32 rollouts). The points of a figure share its budget, so
+they compare with each other (not with the default run or the other figure); other profiles run their own steps.
+The README gives the cost."""
 
 
 def experiment_name(sweep: str, point: str) -> str:

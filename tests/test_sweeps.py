@@ -23,7 +23,7 @@ def test_every_point_has_a_distinct_valid_experiment_name_and_its_overrides():
     assert sweeps.overrides(fig3["m=0 (no constraint)"], "fig3", "smoke") == [
         "-S", "margin=0", "-S", "lopd.margin_constraint=false"]
     assert sweeps.overrides(fig3["frozen φ0"], "fig3", "cpu") == [
-        "-S", "lopd.train_composer=false", "-S", "lopd.steps=4", "-S", "cold_start.steps=4"]
+        "-S", "lopd.train_composer=false", "-S", "lopd.steps=4"]
     assert sweeps.overrides(sweeps.SWEEPS["fig5a"].points["K=8"], "fig5", "cpu") == [
         "-S", "latent_tokens=8", "-S", "lopd.steps=2", "-S", "cold_start.steps=4"]
     assert [v["latent_tokens"] for v in sweeps.SWEEPS["fig5a"].points.values()] == [8, 16, 32, 64, 128]
