@@ -3,15 +3,17 @@ Training curves live in `evaluation.figures` (training stages import that module
 
 from __future__ import annotations
 
+import functools
 import textwrap
 import warnings
 from pathlib import Path
-from typing import Sequence
+from typing import Collection, Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")  # no display: stages run headless
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib import font_manager, ft2font  # noqa: E402
 
 SAVE_METADATA = {"png": {"Software": None}, "pdf": {"Creator": None, "Producer": None, "CreationDate": None}}
 """No matplotlib version or date in the files: the same figure gives the same bytes."""
@@ -21,18 +23,32 @@ def save(fig, path: Path) -> list[Path]:
     """Write `fig` as `path` (.png) and its .pdf twin; returns both paths."""
     path.parent.mkdir(parents=True, exist_ok=True)
     out = [path.with_suffix(".png"), path.with_suffix(".pdf")]
-    with warnings.catch_warnings():  # decoded latent tokens include scripts the bundled font lacks (drawn as boxes)
-        warnings.simplefilter("ignore", UserWarning)
-        for file in out:
-            fig.savefig(file, dpi=110, metadata=SAVE_METADATA[file.suffix[1:]])
+    for file in out:
+        fig.savefig(file, dpi=110, metadata=SAVE_METADATA[file.suffix[1:]])
     plt.close(fig)
     return out
 
 
+def escape_undrawable(text: str, drawable: Collection[int]) -> str:
+    """`text` with every character but whitespace whose code point is not in `drawable` written as its Python
+    escape (\\u4e2d): a font without that script would draw a box of unknown width, which breaks the caller's
+    wrapping."""
+    return "".join(c if c.isspace() or ord(c) in drawable
+                   else f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}" for c in text)
+
+
+@functools.cache
+def monospace_code_points() -> frozenset[int]:
+    """The code points the monospace font of `draw_table` can draw."""
+    path = font_manager.findfont(font_manager.FontProperties(family="monospace"))
+    return frozenset(ft2font.FT2Font(path).get_charmap())
+
+
 def draw_table(header: Sequence[str], rows: Sequence[Sequence[str]], widths: Sequence[float], path: Path,
                title: str) -> list[Path]:
-    """A text table as a figure: columns `widths` inches wide, cells as given (the caller wraps them into lines),
-    one rule under the header and between rows; saved as PNG and PDF."""
+    """A text table as a figure: columns `widths` inches wide, cells as given (the caller wraps them into lines, after
+    `escape_undrawable(cell, monospace_code_points())`), one rule under the header and between rows; saved as PNG
+    and PDF."""
     line_h, pad = 0.16, 0.08  # inches
     heights = [line_h * (1 + max(cell.count("\n") for cell in row)) + 2 * pad for row in [header, *rows]]
     width, height = sum(widths) + 0.2, sum(heights) + 0.5
@@ -69,7 +85,8 @@ def draw_sweep(rows: Sequence[dict], points: Sequence[str], default: str, x_labe
     point, as bars (categorical points) or a line over x (numeric; a dashed line at the default). Points without a
     result are left out of the panel and named under it."""
     metrics = list(dict.fromkeys(r["metric"] for r in rows))
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4.6 * len(metrics), 3.6), squeeze=False)
+    panel_width = 4.6  # inches
+    fig, axes = plt.subplots(1, len(metrics), figsize=(panel_width * len(metrics), 3.6), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
         mine = {r["point"]: r for r in rows if r["metric"] == metric}
         done = [p for p in points if mine.get(p, {}).get("status") == "ok"]
@@ -90,7 +107,8 @@ def draw_sweep(rows: Sequence[dict], points: Sequence[str], default: str, x_labe
             ax.set_xticks(range(len(done)), done, rotation=30, ha="right", fontsize=8)
         n = sorted({int(r["n"]) for r in values if r.get("n")})
         ax.set_title(metric + (f" (n = {', '.join(map(str, n))})" if n else ""), fontsize=9)
-        ax.set_xlabel(x_label + ("\nnot run yet: " + ", ".join(missing) if missing else ""), fontsize=9)
+        not_run = textwrap.fill("not run yet: " + ", ".join(missing), int(panel_width * 11)) if missing else ""
+        ax.set_xlabel(x_label + ("\n" + not_run if missing else ""), fontsize=9)
         ax.grid(alpha=0.3, axis="y")
         if not done:
             ax.text(0.5, 0.5, "n/a: no point has run", ha="center", va="center", transform=ax.transAxes)

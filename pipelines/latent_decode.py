@@ -9,7 +9,7 @@ import csv
 import sys
 import textwrap
 
-from evaluation.paper_figures import draw_table
+from evaluation.paper_figures import draw_table, escape_undrawable, monospace_code_points
 from lopd.core.config import REPO_ROOT
 from lopd.core.tracking import Tracker
 from lopd.latent.context import trained_composer
@@ -71,8 +71,9 @@ def main() -> None:
 
 
 def _wrap(text: str, width: int, lines: int = 3) -> str:
-    """At most `lines` lines of `width` characters (whitespace made visible first), the last cut with …"""
-    flat = text.replace("\n", "⏎ ").replace("$", r"\$")
+    """At most `lines` lines of `width` characters (whitespace made visible and characters the table's font lacks
+    escaped first), the last cut with …"""
+    flat = escape_undrawable(text.replace("\n", "⏎ "), monospace_code_points()).replace("$", r"\$")
     wrapped = textwrap.wrap(flat, width, max_lines=lines, placeholder=" …") or [""]
     return "\n".join(wrapped)
 

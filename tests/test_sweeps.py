@@ -8,6 +8,7 @@ import mlflow
 import pytest
 
 from evaluation import sweeps
+from evaluation import paper_figures
 from evaluation.paper_figures import draw_dynamics, draw_sweep
 from evaluation.stats import score_ci
 from lopd.core.config import resolve
@@ -172,6 +173,26 @@ def test_figures_draw_what_has_run_and_name_the_rest(tmp_path):
                   {"cumulative_rollouts": 48, "val_reward": 1.0, "val_rewards": [1.0, 1.0]}]
     files = draw_dynamics({"lopd": history}, {"lopd": validation}, tmp_path / "d.png", "t", score_ci)
     assert files[0].read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_points_not_run_are_named_in_lines_that_fit_under_their_panel(monkeypatch, tmp_path):
+    drawn = []
+    monkeypatch.setattr(paper_figures, "save", lambda fig, path: drawn.append(fig) or [path])
+    points = list(sweeps.SWEEPS["fig5b"].points)
+    rows = sweeps.collect(sweeps.SWEEPS["fig5b"], "code", {}, {("fig5b", p): sweeps.experiment_name("fig5b", p)
+                                                               for p in points})
+    draw_sweep(rows, points, points[0], "retrievals", True, tmp_path / "f.png", "t")
+    label = drawn[0].axes[0].get_xlabel()
+    named = label.split("\n", 1)[1].removeprefix("not run yet: ").replace("\n", " ").split(", ")
+    assert named == points
+    assert all(len(line) <= 4.6 * 11 for line in label.splitlines())
+
+
+def test_characters_a_font_cannot_draw_become_their_escapes():
+    drawable, text = {ord(c) for c in "ab·Ж"}, "a中b \t·😀ЖΩ"
+    expected = "".join(c if c in "ab·Ж \t" else c.encode("unicode_escape").decode("ascii") for c in text)
+    assert paper_figures.escape_undrawable(text, drawable) == expected == "a\\u4e2db \t·\\U0001f600Ж\\u03a9"
+    assert ord("A") in paper_figures.monospace_code_points() and ord("中") not in paper_figures.monospace_code_points()
 
 
 def test_files_go_to_the_newest_report_run(tmp_path, monkeypatch):
