@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import textwrap
-import warnings
 from pathlib import Path
 from typing import Collection, Sequence
 
@@ -107,7 +106,7 @@ def draw_sweep(rows: Sequence[dict], points: Sequence[str], default: str, x_labe
             ax.set_xticks(range(len(done)), done, rotation=30, ha="right", fontsize=8)
         n = sorted({int(r["n"]) for r in values if r.get("n")})
         ax.set_title(metric + (f" (n = {', '.join(map(str, n))})" if n else ""), fontsize=9)
-        not_run = textwrap.fill("not run yet: " + ", ".join(missing), int(panel_width * 11)) if missing else ""
+        not_run = textwrap.fill("not run yet: " + ", ".join(missing), int(panel_width * 11))  # ~11 chars/inch at 9
         ax.set_xlabel(x_label + ("\n" + not_run if missing else ""), fontsize=9)
         ax.grid(alpha=0.3, axis="y")
         if not done:

@@ -7,8 +7,7 @@ import math
 import mlflow
 import pytest
 
-from evaluation import sweeps
-from evaluation import paper_figures
+from evaluation import paper_figures, sweeps
 from evaluation.paper_figures import draw_dynamics, draw_sweep
 from evaluation.stats import score_ci
 from lopd.core.config import resolve
