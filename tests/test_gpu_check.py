@@ -3,15 +3,15 @@
 import torch
 
 
-def run(weights: dict, rewards: list, losses: list) -> dict:
+def lopd_run(weights: dict, rewards: list, losses: list) -> dict:
     return {"weights": {k: torch.tensor(v) for k, v in weights.items()},
             "history": [{"reward": r, "loss": l, "kl": 0.0} for r, l in zip(rewards, losses)]}
 
 
 def test_resume_comparison_reports_the_largest_weight_difference_and_both_histories(load_script):
     compare = load_script("gpu_check").resume_comparison
-    straight = run({"a": [1.0, 2.0], "b": [[0.5, -1.0]]}, [0.25, 0.5], [0.1, 0.2])
-    resumed = run({"a": [1.0, 2.0], "b": [[0.5, -1.75]]}, [0.25, 0.75], [0.1, 0.3])
+    straight = lopd_run({"a": [1.0, 2.0], "b": [[0.5, -1.0]]}, [0.25, 0.5], [0.1, 0.2])
+    resumed = lopd_run({"a": [1.0, 2.0], "b": [[0.5, -1.75]]}, [0.25, 0.75], [0.1, 0.3])
 
     result = compare(straight, resumed)
 
