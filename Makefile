@@ -41,4 +41,4 @@ fig3 fig5: setup
 	python scripts/sweep.py run $@ $(SWEEP_FLAGS)
 
 fig4: setup
-	python scripts/sweep.py draw fig4
+	dvc repro report

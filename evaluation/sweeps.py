@@ -78,7 +78,7 @@ SWEEPS = {
                    x={f"n_ret={n}": n for n in N_RET_VALUES}),
 }
 FIGURES = {"fig3": ["fig3"], "fig5": ["fig5a", "fig5b"]}
-"""Figure -> the sweeps it draws (Fig. 4 needs none: it is the default run's curves)."""
+"""Figure -> the sweeps it draws (Fig. 4 needs none: the `report` stage draws it from the default run's curves)."""
 
 SWEEP_BUDGET = {"cpu": {"fig3": {"lopd.steps": 4},
                         "fig5": {"lopd.steps": 2, "cold_start.steps": 4}}}
@@ -89,6 +89,12 @@ outputs, and the cold start persists its progress to resume). Fig. 5: every K an
 (4 steps, a third of the default's), so LOPD gets 2 steps (32 rollouts). The points of a figure share its budget, so
 they compare with each other (not with the default run or the other figure); other profiles run their own steps.
 The README gives the cost."""
+
+
+def figure_domain(profile: str) -> str:
+    """The domain the analysis figures (3-5) are drawn in by default: the paper's, agentic, on the paper profile;
+    else code, where the cpu profile's model has a learning signal."""
+    return "agentic" if profile == "paper" else "code"
 
 
 def experiment_name(sweep: str, point: str) -> str:

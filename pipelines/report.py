@@ -1,17 +1,23 @@
 """Stage `report`: the paper's Table 1 (tool use), Table 2 (code) and Table 3 (behaviour) layouts, each as md, csv
 and tex, from the evaluation results files (results/eval/*/*.json, results/agentic/eval/*/*.json): scores with
 95% CIs and paired differences from the per-task scores, behaviour from the summaries; the training curves of every
-method per domain (reports/figures/); all of them, and every table cell as a metric, on one MLflow run."""
+method per domain and the paper's Fig. 4 (reports/figures/); all of them, and every table cell as a metric, on one
+MLflow run."""
 
 from __future__ import annotations
 
+import csv
 import json
 from collections import defaultdict
+from pathlib import Path
 from statistics import mean
 from typing import Callable
 
 from evaluation.curves import EVIDENCE_COLUMNS, evidence_row
 from evaluation.figures import draw_curves
+from evaluation.paper_figures import draw_dynamics
+from evaluation.stats import score_ci
+from evaluation.sweeps import figure_domain
 from evaluation.tables import (Estimate, ResultTable, Scores, Table, behaviour_table, code_table, describe, to_csv,
                                to_latex, to_markdown, tool_use_table)
 from lopd.core import registry
@@ -21,6 +27,8 @@ from pipelines.common import DOMAINS, parse_args, stage_name
 
 TABLES_DIR = REPO_ROOT / "reports" / "tables"
 FIGURES_DIR = REPO_ROOT / "reports" / "figures"
+DYNAMICS_BASELINES = 2
+"""Fig. 4 draws LOPD, GRPO and this many other baselines: those with the highest final validation reward."""
 
 
 def histories(methods: list[str], domain: str) -> dict[str, list[dict] | None]:
@@ -50,6 +58,44 @@ def evidence_table(trained: dict[str, list[dict] | None], validated: dict[str, l
              f"validation reward ({'n/a' if target is None else f'{target:.3f}'}); n/a: never reached, or no "
              "validation."]
     return Table(EVIDENCE_COLUMNS, rows, notes, digits=3)
+
+
+def dynamics_methods(trained: dict[str, list[dict] | None], validated: dict[str, list[dict]]) -> list[str]:
+    """Fig. 4's methods, of those with a training history: LOPD and GRPO, then the DYNAMICS_BASELINES others with
+    the highest final validation reward (a method without validation last; ties by name)."""
+    ran = [m for m, steps in trained.items() if steps]
+    final = {m: validated[m][-1]["val_reward"] if validated.get(m) else -1.0 for m in ran}
+    others = sorted((m for m in ran if m not in ("lopd", "grpo")), key=lambda m: (-final[m], m))
+    return [m for m in ("lopd", "grpo") if m in ran] + others[:DYNAMICS_BASELINES]
+
+
+def dynamics_rows(methods: list[str], trained: dict[str, list[dict] | None],
+                  validated: dict[str, list[dict]]) -> list[dict]:
+    """Fig. 4's points: per method, the mean training reward of each step, then each validation reward with its 95%
+    CI and n (held-out tasks), against rollouts so far."""
+    rows = []
+    for m in methods:
+        rows += [{"method": m, "curve": "train", "rollouts": h["cumulative_rollouts"], "value": h["reward"]}
+                 for h in trained[m] or []]
+        for v in validated.get(m, []):
+            low, high = score_ci(v["val_rewards"])
+            rows.append({"method": m, "curve": "validation", "rollouts": v["cumulative_rollouts"],
+                         "value": v["val_reward"], "ci_low": low, "ci_high": high, "n": v["val_n"]})
+    return rows
+
+
+def draw_fig4(trained: dict[str, list[dict] | None], validated: dict[str, list[dict]], title: str) -> list[Path]:
+    """The paper's Fig. 4 from one domain's histories, as reports/figures/fig4.{png,pdf,csv}; the files written."""
+    methods = dynamics_methods(trained, validated)
+    out = FIGURES_DIR / "fig4"
+    files = draw_dynamics({registry.label(m): trained[m] for m in methods},
+                          {registry.label(m): validated.get(m, []) for m in methods}, out.with_suffix(".png"), title,
+                          score_ci)
+    with out.with_suffix(".csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, ["method", "curve", "rollouts", "value", "ci_low", "ci_high", "n"])
+        writer.writeheader()
+        writer.writerows(dynamics_rows(methods, trained, validated))
+    return [*files, out.with_suffix(".csv")]
 
 
 def rollouts_trained(steps: list[dict] | None) -> int | str:
@@ -163,6 +209,11 @@ def main() -> None:
             points = validated if domain == "code" else {}
             curves = {registry.label(m): (steps or []) + points.get(m, []) for m, steps in trained[domain].items()}
             draw_curves(curves, figure, f"Training curves, {domain} domain ({cfg.profile} profile, model {cfg.model.name})")
+            tracker.log_artifact(figure)
+        domain = figure_domain(cfg.profile)
+        for figure in draw_fig4(trained[domain], validated if domain == "code" else {},
+                                f"Training dynamics (paper Fig. 4): {domain} domain, {cfg.profile} profile, "
+                                f"{cfg.model.name}"):
             tracker.log_artifact(figure)
         tracker.log_metrics({**table_metrics("code", code), **table_metrics("tool_use", tool_use),
                              **table_metrics("behaviour", behaviour), **table_metrics("evidence", evidence)})

@@ -3,9 +3,9 @@ sweep point without a current run, one after another, then draws; `draw fig3` on
 only queues them (start them with `dvc queue start`). A point run on an earlier commit stays current while the code,
 data and params it ran are unchanged (`evaluation.sweeps.stale_reason`), so a sweep can span sessions and commits.
 
-Figures (reports/figures/<figure>.{png,pdf,csv}; each also logged to the latest `report` MLflow run):
+Figures (reports/figures/<figure>.{png,pdf,csv}; each also logged to the latest `report` MLflow run; Fig. 4, the
+default run's training dynamics, needs no experiments: the `report` stage draws it):
   fig3  effect of joint optimisation: a frozen phi_0 and margins m in {0 (no constraint), 0.01, 0.02, 0.05, 0.1}
-  fig4  training dynamics: LOPD and the strongest baselines of the default run (no experiments needed)
   fig5  sensitivity: latent tokens K in {8, ..., 128} and retrievals n_ret in {1, 2, 3, 5, 10}
 Each point runs only the stage its metric needs (evaluation.sweeps.TARGET_STAGE) and what that stage's changed
 params invalidate upstream; everything else comes from the cache.
@@ -25,15 +25,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from evaluation import sweeps  # noqa: E402
-from evaluation.paper_figures import draw_dynamics, draw_sweep  # noqa: E402
-from evaluation.stats import score_ci  # noqa: E402
+from evaluation.paper_figures import draw_sweep  # noqa: E402
 from lopd.core.config import ConfigError, load_config  # noqa: E402
-from lopd.core.registry import label  # noqa: E402
 
 FIGURES_DIR = REPO / "reports" / "figures"
 CSV_FIELDS = ["figure", "point", "x", "metric", "value", "low", "high", "n", "experiment", "status"]
-DYNAMICS_BASELINES = 2
-"""Fig. 4 draws LOPD, GRPO and this many other baselines: those with the highest final validation reward."""
 
 
 def dvc(*args: str) -> str:
@@ -157,8 +153,6 @@ def drop_trained_student(ref: str, stage: str) -> None:
 def draw(figure: str, domain: str, cfg) -> list[Path]:
     """Draw a figure from what has run; returns the files written."""
     out = FIGURES_DIR / figure
-    if figure == "fig4":
-        return draw_fig4(out, domain, cfg.profile, cfg.model.name)
     runs, files, rows = current_runs(figure, domain, cfg), [], []
     names = sweeps.experiment_names(figure, cfg.to_dict(), cfg.profile)
     budget = sweeps.budget(figure, cfg.profile)
@@ -174,27 +168,6 @@ def draw(figure: str, domain: str, cfg) -> list[Path]:
     missing = sorted({r["experiment"] for r in rows if r["status"] == "missing"})
     if missing:
         print(f"{figure}: not run yet: {', '.join(missing)}")
-    return [*files, out.with_suffix(".csv")]
-
-
-def draw_fig4(out: Path, domain: str, profile: str, model: str) -> list[Path]:
-    """The default run's training curves of LOPD, GRPO and the strongest other baselines."""
-    sub = "" if domain == "code" else "agentic/"
-    load = lambda kind, m: (json.loads(p.read_text()) if (p := REPO / "plots" / f"{sub}{kind}" / f"{m}.json").exists()  # noqa: E731
-                            else [])
-    params = load_config(REPO / "params.yaml")
-    trained = [m for m in params.methods if m != "vanilla" and load("train", m)]
-    final = {m: (load("validation", m) or [{}])[-1].get("val_reward", -1.0) for m in trained}
-    others = sorted((m for m in trained if m not in ("lopd", "grpo")), key=lambda m: (-final[m], m))
-    shown = [m for m in ("lopd", "grpo") if m in trained] + others[:DYNAMICS_BASELINES]
-    rows = [{"figure": "fig4", "point": m, "x": h["cumulative_rollouts"], "metric": kind, "value": h[key],
-             "n": h.get("val_n"), "experiment": "workspace", "status": "ok"}
-            for m in shown for kind, key in (("train", "reward"), ("validation", "val_reward")) for h in load(kind, m)]
-    write_csv(out.with_suffix(".csv"), rows)
-    title = f"Training dynamics (paper Fig. 4): {domain} domain, {profile} profile, {model}"
-    files = draw_dynamics({label(m): load("train", m) for m in shown},
-                          {label(m): load("validation", m) for m in shown},
-                          out.with_suffix(".png"), title, lambda rewards: score_ci(rewards))
     return [*files, out.with_suffix(".csv")]
 
 
@@ -218,7 +191,7 @@ def log_to_report_run(cfg, files: list[Path]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("action", choices=["run", "queue", "draw"])
-    parser.add_argument("figures", nargs="+", choices=["fig3", "fig4", "fig5"])
+    parser.add_argument("figures", nargs="+", choices=["fig3", "fig5"])
     parser.add_argument("--drop-checkpoints", action="store_true",
                         help="run: after each point, remove its trained student from DVC's cache (2.5 GB per point "
                              "at 0.5B); its metrics, which the figure reads, stay")
@@ -230,9 +203,8 @@ def main() -> None:
         cfg = load_config(REPO / "params.yaml")
     except ConfigError as err:
         sys.exit(f"error: {err}")
-    domain = args.domain or ("agentic" if cfg.profile == "paper" else "code")
-    sweep_figures = [f for f in args.figures if f in sweeps.FIGURES]
-    points = [p for f in sweep_figures for p in pending(f, domain, cfg)] if args.action != "draw" else []
+    domain = args.domain or sweeps.figure_domain(cfg.profile)
+    points = [p for f in args.figures for p in pending(f, domain, cfg)] if args.action != "draw" else []
     if args.action == "queue":
         for _, point_args in points:
             dvc("exp", "run", "--queue", *point_args)
