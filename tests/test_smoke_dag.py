@@ -111,7 +111,8 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
                    "reports/figures/latent_decode.png", "reports/figures/fig4.png"):
         assert (repo / figure).read_bytes()[:4] == b"\x89PNG", figure
     fig4 = list(csv.DictReader((repo / "reports" / "figures" / "fig4.csv").open()))  # drawn by the report stage
-    assert {(r["method"], r["curve"]) for r in fig4} == {(m, c) for m in ("lopd", "sdpo") for c in ("train", "validation")}
+    assert {(r["method"], r["curve"]) for r in fig4} == {(m, c) for m in ("lopd", "sdpo")
+                                                         for c in ("train", "validation")}
 
     # every metric DVC reads is a number; the histories are DVC plots
     shown = json.loads(_run(["dvc", "metrics", "show", "--json"], repo, env))
