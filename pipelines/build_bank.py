@@ -7,6 +7,7 @@ import sys
 import time
 
 import numpy as np
+from accelerate import PartialState
 
 from evaluation import evalplus_bench, livecodebench
 from evaluation.agentic import envscaler_split
@@ -64,6 +65,8 @@ def main() -> None:
         except FileNotFoundError as err:  # no base model: say which stage to run
             sys.exit(f"error: {stage}: {err}")
         sampling_s = time.perf_counter() - start
+        if not PartialState().is_main_process:  # every process sampled its share; process 0 writes the bank
+            return
         entries = successful_entries(rollouts, cfg.bank.success_threshold, trace_of=trace_function(domain.name))
         eval_prompts, missing = evaluation_prompts(cfg, args.domain)
         try:  # before anything in the bank is overwritten

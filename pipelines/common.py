@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
@@ -43,6 +44,14 @@ def parse_args(description: str, **arguments: dict[str, Any]) -> tuple[argparse.
     for name, spec in arguments.items():
         parser.add_argument(f"--{name}", **spec)
     args = parser.parse_args()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # under torchrun: only a stage that splits its work may run
+        spec = getattr(sys.modules["__main__"], "__spec__", None)
+        stage = spec.name.removeprefix("pipelines.") if spec else parser.prog
+        from pipelines.launch import MULTI_PROCESS  # only here: the launcher's tables, light to import
+
+        if stage not in MULTI_PROCESS:
+            sys.exit(f"error: pipelines.{stage} runs on one process (every process would redo its work): start it "
+                     f"with `python -m pipelines.{stage}`, not under torchrun")
     quiet_libraries()
     try:
         cfg = load_config(args.params)
@@ -69,6 +78,13 @@ DOMAIN_STAGES = ("pipelines.train", "pipelines.build_bank", "pipelines.cold_star
 """The CLIs that read their domain's training tasks through `training_domain` (by name, so the scan needs telling)."""
 METHOD_STAGES = ("pipelines.train",)
 """The CLIs that build their `--method` through the registry (by name)."""
+LAUNCHER = "pipelines.launch"
+
+
+def stage_module(argv: list[str]) -> str:
+    """The CLI module a dvc.yaml command runs: `python -m pipelines.X ...` or `python -m pipelines.launch X ...`."""
+    module = argv[argv.index("-m") + 1]
+    return f"pipelines.{argv[argv.index('-m') + 2]}" if module == LAUNCHER else module
 
 
 def stage_modules(module: str, method: str | None = None, domain: str | None = None) -> list[str]:

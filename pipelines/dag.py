@@ -13,7 +13,7 @@ import shlex
 from lopd.core import registry
 from lopd.core.config import REPO_ROOT
 from lopd.core.provenance import PACKAGES, source_files
-from pipelines.common import DOMAIN_STAGES, METHOD_STAGES, stage_modules
+from pipelines.common import DOMAIN_STAGES, LAUNCHER, METHOD_STAGES, stage_module, stage_modules
 
 DVC_YAML = REPO_ROOT / "dvc.yaml"
 METHOD_FILE = "baselines/${item.method}.py"
@@ -21,13 +21,16 @@ METHOD_FILE = "baselines/${item.method}.py"
 
 
 def stage_code(cmd: str) -> set[str]:
-    """Repo-relative files that a stage command (`python -m pipelines.X [--method M] [--domain D]`) runs."""
+    """Repo-relative files that a stage command (`python -m pipelines[.launch ]X [--method M] [--domain D]`) runs:
+    the launcher's too when it goes through it."""
     argv = shlex.split(cmd)
-    module = argv[argv.index("-m") + 1]
+    module = stage_module(argv)
     option = lambda name: argv[argv.index(name) + 1] if name in argv else None  # noqa: E731
     domain = (option("--domain") or "code") if module in DOMAIN_STAGES else None
     method = option("--method") if module in METHOD_STAGES else None
-    return {f.relative_to(REPO_ROOT).as_posix() for f in source_files(stage_modules(module, method, domain))}
+    launcher = [LAUNCHER] if argv[argv.index("-m") + 1] == LAUNCHER else []
+    return {f.relative_to(REPO_ROOT).as_posix()
+            for f in source_files([*launcher, *stage_modules(module, method, domain)])}
 
 
 def files_under(dep: str) -> set[str]:
@@ -58,7 +61,7 @@ def minimal_cover(files: set[str]) -> list[str]:
 def expected_code_deps(stage: dict) -> list[str]:
     """The code deps a dvc.yaml stage definition should list (a matrix over methods: one template for all members)."""
     cmd = stage["cmd"]
-    if "--method ${item.method}" not in cmd or shlex.split(cmd)[2] not in METHOD_STAGES:
+    if "--method ${item.method}" not in cmd or stage_module(shlex.split(cmd)) not in METHOD_STAGES:
         return minimal_cover(stage_code(cmd))
     members = registry.baseline_names()
     own = {f"baselines/{m}.py" for m in members}

@@ -17,9 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from accelerate import PartialState
+
 from evaluation import evalplus_bench, livecodebench
 from lopd.core.config import Config
-from lopd.core.rollout import encode_prompt, make_backend, sampling_params
+from lopd.core.device import device
+from lopd.core.distributed import gather_shares, process_share
+from lopd.core.rollout import encode_prompt, make_backend, process_seed, sampling_params
 from lopd.core.models import load_tokenizer
 from lopd.core.sampling import RolloutBackend
 from lopd.core.tracking import Tracker
@@ -96,10 +100,14 @@ def run(cfg: Config, method: str, benchmark: str, model_dir: Callable[[], Path],
     domain = DOMAINS["code"]
     results_path = domain.results / "eval" / method / f"{benchmark}.json"
     metrics_path = domain.metrics / "eval" / method / f"{benchmark}.json"
+    device()  # the process state: this process's rank among the launched ones
+    state = PartialState()
     with Tracker(cfg, stage) as tracker:
         try:
             bench = code_benchmark(cfg, benchmark)
         except NotAvailable as err:
+            if not state.is_main_process:
+                return
             summary = {"benchmark": benchmark, "method": method, "profile": cfg.profile, "note": str(err), "n_tasks": 0}
             write_json(results_path, {"summary": summary, "per_task": {}})
             record_metrics(tracker, metrics_path, stage, {"n_tasks": 0})
@@ -119,8 +127,12 @@ def run(cfg: Config, method: str, benchmark: str, model_dir: Callable[[], Path],
         prompts = [task_prompts[tid] for tid in task_ids]
         params = dataclasses.replace(sampling_params(cfg, cfg.eval.max_new_tokens), stop=bench.stop)
         start = time.perf_counter()
-        outputs = backend.generate(prompts, params, seed=cfg.seed)
-        sampling_s = time.perf_counter() - start
+        share = process_share(len(prompts))  # each process samples its own share; process 0 scores and writes
+        mine = backend.generate([prompts[i] for i in share], params, seed=process_seed(cfg.seed, state.process_index))
+        outputs = gather_shares(mine, len(prompts))
+        sampling_s = time.perf_counter() - start  # to the slowest process's end
+        if not state.is_main_process:
+            return
         completions: dict[str, list[str]] = {tid: [] for tid in bench.messages}
         for tid, out in zip(task_ids, outputs):
             completions[tid].append(bench.keep(tokenizer.decode(out.token_ids, skip_special_tokens=True)))

@@ -12,14 +12,18 @@ from pathlib import Path
 from statistics import mean
 from typing import Any, Callable
 
+from accelerate import PartialState
+
 from evaluation.agentic.acebench.user_simulator import LocalModelUser, OpenAICompatibleUser
 from evaluation.agentic.benchmarks import load_benchmark
 from evaluation.stats import score_ci
 from lopd.core.config import Config, resolve_model
+from lopd.core.device import device
+from lopd.core.distributed import gather_shares, process_share
 from lopd.core.models import load_tokenizer
 from lopd.core.multiturn import run_episodes
 from lopd.core.progress import progress
-from lopd.core.rollout import make_backend, sampling_params
+from lopd.core.rollout import make_backend, process_seed, sampling_params
 from lopd.core.sampling import RolloutBackend
 from lopd.core.tracking import Tracker
 from lopd.core.trajectory import BEHAVIOUR_KEYS, Trajectory
@@ -112,6 +116,8 @@ def run(cfg: Config, method: str, model_dir: Callable[[], Path], wrap: Wrap | No
     domain = DOMAINS["agentic"]
     a = cfg.agentic
     stage = stage_name("eval", "agentic", method)
+    device()  # the process state: this process's rank among the launched ones
+    state = PartialState()
     with Tracker(cfg, stage) as tracker:
         model_dir = model_dir()
         tokenizer = load_tokenizer(model_dir)
@@ -138,26 +144,32 @@ def run(cfg: Config, method: str, model_dir: Callable[[], Path], wrap: Wrap | No
                 trajectories = []
             else:
                 try:
-                    trajectories = []
+                    mine = []  # each process plays its own share of the episodes; process 0 writes
+                    share = [bench.episodes[i] for i in process_share(len(bench.episodes))]
+                    seed = process_seed(cfg.seed, state.process_index)
                     size = cfg.eval.batch_size  # environments (and their state) alive at once
-                    with progress(total=len(bench.episodes), desc=name, unit="ep") as bar:
-                        for i in range(0, len(bench.episodes), size):
-                            chunk = bench.episodes[i:i + size]
+                    with progress(total=len(share), desc=name, unit="ep") as bar:
+                        for i in range(0, len(share), size):
+                            chunk = share[i:i + size]
                             played = [(tid, 0, environment(tid, env)) for tid, env in chunk]
-                            trajectories += run_episodes(backend, tokenizer, played,
-                                                         params, cfg.seed + i, bench.max_steps, a.max_context_tokens,
-                                                         tool_call_format=a.tool_call_format)
+                            mine += run_episodes(backend, tokenizer, played, params, seed + i, bench.max_steps,
+                                                 a.max_context_tokens, tool_call_format=a.tool_call_format)
                             bar.update(len(chunk))
                 finally:
                     bench.close()
+                trajectories = gather_shares(mine, len(bench.episodes))
                 summary.update({"data": bench.source, "max_steps": bench.max_steps, **summarise(trajectories)})
             summary["wall_s"] = round(time.perf_counter() - start, 1)
+            if not state.is_main_process:
+                continue
             results_path = domain.results / "eval" / method / f"{name}.json"
             write_json(results_path, {"summary": summary, "episodes": [episode_record(t) for t in trajectories]})
             tracker.log_metrics({f"{name}.{k}": v for k, v in summary.items() if isinstance(v, (int, float))})
             scores[name] = {k: summary[k] for k in SCORE_KEYS if k in summary}
             print(f"{method} on {name}: {summary.get('score', summary.get('note'))} "
                   f"({summary['wall_s']}s)", flush=True)
+        if not state.is_main_process:
+            return
         path = domain.metrics / "eval" / f"{method}.json"
         write_metrics(path, stage, scores)  # its numbers are logged above, benchmark by benchmark
         tracker.log_artifact(path)

@@ -28,7 +28,9 @@ def test_repo_params_are_the_default_composition():
 def test_paper_values_are_the_defaults():
     cfg = Config()
     assert cfg.to_dict() == {**compose("paper"), "profile": "paper", "model": {"name": "smollm2-135m"},
-                             "bank": {**compose("paper")["bank"], "embedder": "all-minilm-l6-v2"}}
+                             "bank": {**compose("paper")["bank"], "embedder": "all-minilm-l6-v2"},
+                             "launch": {**compose("paper")["launch"], "processes": 1}}  # paper: every GPU
+    assert compose("paper")["launch"]["processes"] == "auto"
     assert (cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.top_k) == (0.7, 0.95, 20)
     assert (cfg.train.lr, cfg.train.grad_clip, cfg.train.rollouts_per_step) == (1e-5, 1.0, 32)
     assert (cfg.grpo.group_size, cfg.grpo.clip_low, cfg.grpo.clip_high) == (4, 0.2, 0.2)

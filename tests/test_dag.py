@@ -71,12 +71,12 @@ def test_the_static_scan_finds_everything_a_stage_imports(stage: str):
     """What a stage really loads when it starts (sys.modules after importing its modules) is within its closure."""
     cmd = next(cmd for name, cmd, _ in STAGES if name == stage)
     code = ("import importlib, json, shlex, sys\n"
-            "from pipelines.common import DOMAIN_STAGES, METHOD_STAGES, stage_modules\n"  # in every stage's closure
-            "argv = shlex.split(sys.argv[1]); module = argv[argv.index('-m') + 1]\n"
+            "from pipelines.common import DOMAIN_STAGES, METHOD_STAGES, stage_module, stage_modules\n"  # in every closure
+            "argv = shlex.split(sys.argv[1]); module = stage_module(argv)\n"
             "opt = lambda n: argv[argv.index(n) + 1] if n in argv else None\n"
             "mods = stage_modules(module, opt('--method') if module in METHOD_STAGES else None,\n"
             "                     (opt('--domain') or 'code') if module in DOMAIN_STAGES else None)\n"
-            "for m in mods: importlib.import_module(m)\n"
+            "for m in ['pipelines.launch', *mods]: importlib.import_module(m)\n"
             "root = sys.argv[2]\n"
             "print(json.dumps(sorted({m.__file__[len(root) + 1:] for m in list(sys.modules.values())\n"
             "                        if getattr(m, '__file__', None) and m.__file__.startswith(root + '/')\n"
@@ -92,11 +92,11 @@ def test_every_stage_names_itself_as_dvc_does():
     """A stage's MLflow run name and metrics namespace (pipelines.common.stage_name) are its DVC stage name."""
     import shlex
 
-    from pipelines.common import stage_name
+    from pipelines.common import stage_module, stage_name
 
     for name, cmd, _ in STAGES:
         argv = shlex.split(cmd)
-        module = argv[argv.index("-m") + 1].removeprefix("pipelines.")
+        module = stage_module(argv).removeprefix("pipelines.")
         option = lambda flag: argv[argv.index(flag) + 1] if flag in argv else None  # noqa: E731
         domain = "agentic" if module.startswith("evaluate_agentic") else option("--domain") or "code"
         method = "base_composer" if module.endswith("_base_composer") else option("--method")

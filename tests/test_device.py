@@ -81,3 +81,25 @@ def test_release_freed_memory_returns_freed_heap_pages_to_the_os():
     release_freed_memory()
     assert before - _rss_bytes() > 0.6 * holes
     del blocks
+
+
+def test_deterministic_kernels_on_a_gpu_only_within_and_strict(monkeypatch):
+    """On CUDA the update runs with torch's deterministic algorithms, strict (with warn_only, memory-efficient
+    attention's backward stays non-deterministic), and the caller's setting comes back after; on the CPU nothing
+    changes. cuBLAS's fixed workspace is set from the first import on."""
+    import lopd.core.device as device_module
+
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] in (":4096:8", ":16:8")
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    with device_module.deterministic_kernels():
+        assert (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()) \
+            == before or device().type == "cuda"
+    monkeypatch.setattr(device_module, "device", lambda: torch.device("cuda"))
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        with device_module.deterministic_kernels():
+            assert torch.are_deterministic_algorithms_enabled()
+            assert not torch.is_deterministic_algorithms_warn_only_enabled()
+        assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
+    finally:
+        torch.use_deterministic_algorithms(*before[:1], warn_only=before[1])

@@ -167,3 +167,25 @@ def test_a_resumed_fsdp2_run_equals_an_uninterrupted_one(fsdp_runs):
         assert all(torch.equal(resumed["extra"]["composer"][k], composer[k]) for k in composer)
         assert resumed["extra"]["beta"] == straight["extra"]["beta"]
         assert _untimed(resumed["history"]) == _untimed(straight["history"])
+
+
+def test_interleave_puts_every_process_share_back_in_order():
+    """process_share gives rank r the items r, r + world, ...; interleave undoes it (a brute-force reference)."""
+    from lopd.core.distributed import interleave
+
+    for n in range(0, 12):
+        for world in range(1, 5):
+            items = [f"item{i}" for i in range(n)]
+            parts = [items[r::world] for r in range(world)]
+            expected = [None] * n
+            for r, part in enumerate(parts):
+                for j, item in enumerate(part):
+                    expected[r + j * world] = item
+            assert interleave(parts, n) == expected == items
+
+
+def test_process_seeds_keep_the_seed_on_process_0_and_differ_between_processes():
+    from lopd.core.rollout import process_seed
+
+    assert process_seed(7, 0) == 7
+    assert len({process_seed(7, r) for r in range(8)}) == 8

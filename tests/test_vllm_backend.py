@@ -125,7 +125,7 @@ def test_pushed_weights_give_the_trainers_logprobs(request, model_dir, prompts, 
     torch.optim.AdamW(trainer.parameters(), lr=1e-2).step()
     trainer.eval()
     try:
-        engine.load_weights(trainer.state_dict())
+        engine.load_weights(trainer.state_dict().items())
         after = engine.generate(prompts, PARAMS, seed=5)
         moved = []
         with torch.no_grad():
@@ -135,7 +135,7 @@ def test_pushed_weights_give_the_trainers_logprobs(request, model_dir, prompts, 
                 moved.append((ours - _logprobs(before, p, c.token_ids, PARAMS.temperature)).abs().max())
         assert max(moved) > 5 * atol  # the engine sampled with the pushed weights, not the old ones
     finally:
-        engine.load_weights(original)
+        engine.load_weights(original.items())
 
 
 def test_second_turn_reads_the_first_turn_from_the_prefix_cache(engine, tokenizer):

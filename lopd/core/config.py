@@ -8,6 +8,7 @@ Method sections (`grpo`, `lopd`, ...) are typed by the method registry (lopd/cor
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
@@ -88,9 +89,9 @@ class SamplingConfig:
     master weights."""
     backend: str = "auto"
     """Rollout engine: hf (the hand-written KV-cache decode loop, lopd/core/sampling.py) | vllm (an in-process vLLM
-    engine: continuous batching, prefix caching; lopd/core/vllm_backend.py) | auto (vllm on a GPU when it is installed,
-    in one process; else hf: on this project's CPU, hf is the faster at the cpu profile's bf16; README, Rollout
-    backends)."""
+    engine per training process: continuous batching, prefix caching; lopd/core/vllm_backend.py) | auto (vllm on a GPU
+    when it is installed, whatever the process count; else hf: on this project's CPU, hf is the faster at the cpu
+    profile's bf16; README, Rollout backends)."""
     gpu_memory_utilization: float = 0.5
     """vllm on CUDA: the share of GPU memory the engine may take for weights and KV cache while it samples (the trainer
     shares the GPU; the engine sleeps, freeing it, during updates)."""
@@ -541,6 +542,27 @@ class DataConfig:
         return resolve_path(self.shared_dir).joinpath(*parts)
 
 
+LAUNCHERS = ("torchrun", "accelerate")
+
+
+@dataclass
+class LaunchConfig:
+    processes: int | str = 1
+    """Processes each stage that trains, samples or evaluates runs on (`python -m pipelines.launch`, which dvc.yaml
+    runs them through): N, or auto (one per visible GPU; 1 without a GPU). Each process samples its own share of a
+    step's tasks (or of a benchmark's) on its own device, and the trainer averages gradients over them (DDP, or FSDP2
+    with `train.sharding: fsdp2`). On a CPU the processes share its cores (gloo); tests run 2."""
+    launcher: str = "torchrun"
+    """What starts the processes: torchrun (`python -m torch.distributed.run --standalone`) | accelerate
+    (`accelerate launch --multi_gpu`)."""
+
+    def __post_init__(self) -> None:
+        _check(self.processes == "auto" or (isinstance(self.processes, int) and self.processes >= 1),
+               f"launch.processes: {self.processes!r} is not a count >= 1 or auto")
+        _check(self.launcher in LAUNCHERS,
+               f"launch.launcher: {self.launcher!r} is not one of {', '.join(LAUNCHERS)}")
+
+
 @dataclass
 class TrackingConfig:
     mlflow_uri: str = "sqlite:///~/.cache/lopd-suite/mlflow.db"
@@ -580,6 +602,7 @@ class Config:
     agentic: AgenticConfig = field(default_factory=AgenticConfig)
     data: DataConfig = field(default_factory=DataConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
     method_sections: dict[str, Any] = field(default_factory=lambda: {
         name: spec.config() for name, spec in _registry().METHODS.items()})
     """Each registered method's own section (`cfg.grpo`, `cfg.lopd`, ...), typed by its registry entry."""
@@ -613,16 +636,37 @@ class Config:
                    f"train.rollouts_per_step: must be a multiple of {name}.group_size ({group})")
             _check((self.agentic.rollouts_per_step or group) % group == 0,
                    f"agentic.rollouts_per_step: must be a multiple of {name}.group_size ({group})")
+        if isinstance(self.launch.processes, int):
+            _check(not (error := process_split_error(self, self.launch.processes)), f"launch.processes: {error}")
         a = self.agentic
         _check(a.max_step_tokens < a.max_context_tokens,
                f"agentic.max_step_tokens: must be < agentic.max_context_tokens ({a.max_context_tokens}), "
                "or no episode can take a step")
+
+    def rollouts_per_task(self) -> dict[str, int]:
+        """Each method's rollouts per task: its group size, else 1."""
+        return {name: getattr(section, "group_size", None) or 1 for name, section in self.method_sections.items()}
 
     def to_dict(self) -> dict[str, Any]:
         """The config as params.yaml spells it: method sections at the top level."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "method_sections"}
         d.update(self.method_sections)
         return {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else copy.deepcopy(v) for k, v in d.items()}
+
+
+def process_split_error(cfg: Config, processes: int) -> str | None:
+    """Why a step's tasks do not split evenly over `processes` (every process samples as many), or None: each method's
+    tasks per step (rollouts per step / its group size) in both domains must be a multiple of the count. The message
+    names the fewest tasks that fail."""
+    domains = {"train": cfg.train.rollouts_per_step,
+               "agentic": cfg.agentic.rollouts_per_step or cfg.train.rollouts_per_step}
+    failing = sorted((rollouts // group, key, rollouts, group, name) for key, rollouts in domains.items()
+                     for name, group in cfg.rollouts_per_task().items() if (rollouts // group) % processes)
+    if not failing:
+        return None
+    tasks, key, rollouts, group, name = failing[0]
+    return (f"{processes} processes do not split {key}.rollouts_per_step ({rollouts} rollouts = {tasks} tasks of "
+            f"{group} for {name}) evenly; use a count that divides {tasks}")
 
 
 def _registry():
@@ -642,8 +686,13 @@ def _convert(value: Any, hint: Any, key: str) -> Any:
         if value is None:
             _check(type(None) in options, f"{key}: must not be null")
             return None
-        (inner,) = [o for o in options if o is not type(None)]
-        return _convert(value, inner, key)
+        inner = [o for o in options if o is not type(None)]
+        if len(inner) == 1:
+            return _convert(value, inner[0], key)
+        for option in inner:  # several types (a count or a word): the first that takes the value
+            with contextlib.suppress(ConfigError):
+                return _convert(value, option, key)
+        _check(False, f"{key}: expected {' or '.join(o.__name__ for o in inner)}, got {value!r}")
     if origin is list:
         _check(isinstance(value, list), f"{key}: expected a list, got {type(value).__name__}")
         (inner,) = typing.get_args(hint)

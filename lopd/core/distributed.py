@@ -7,7 +7,10 @@ process calls it.
 
 from __future__ import annotations
 
+from typing import Iterator
+
 import torch
+from accelerate import PartialState
 from accelerate.utils import gather_object
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_optimizer_state_dict,
                                                      set_optimizer_state_dict)
@@ -69,6 +72,16 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
 
 
+def full_parameters(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """`full_state_dict`'s (name, tensor) pairs one at a time, for a weight push that never holds a second full copy
+    of the policy: a plain tensor is the model's own (detached, no copy), an FSDP2 shard is gathered when its turn
+    comes (collective: every process must run the generator to its end). Tied weights come under both names, as in
+    the state dict (HFBackend loads both; vLLM skips the tied output projection)."""
+    for name, tensor in unwrap(model).state_dict(keep_vars=True).items():
+        tensor = tensor.detach()
+        yield name, tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
 def _optimized(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> torch.nn.Module:
     """A module naming every parameter the optimizer steps (the student's, then the method's own, e.g. LOPD's
     composer), for torch's shard-aware optimizer state dicts, which key parameters by name."""
@@ -103,6 +116,26 @@ def load_full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Opt
         "state": {order[i]: s for i, s in state["state"].items()},
         "param_groups": [{**group, "params": [order[i] for i in group["params"]]} for group in state["param_groups"]],
     }, options=StateDictOptions(full_state_dict=True))
+
+
+def process_share(n: int) -> range:
+    """The indices of this process's share of `n` items (a benchmark's prompts, a bank's tasks): every world-th one
+    from its rank on; all of them in one process."""
+    state = PartialState()
+    return range(state.process_index, n, state.num_processes)
+
+
+def gather_shares(share: list, n: int) -> list:
+    """Every process's results for its `process_share` of `n` items, back in item order, on every process
+    (collective; the list itself in one process)."""
+    if PartialState().num_processes == 1:
+        return list(share)
+    return interleave(gather_object([list(share)]), n)
+
+
+def interleave(parts: list[list], n: int) -> list:
+    """The `n` items whose every len(parts)-th one from index r on is in parts[r] (`process_share`), in item order."""
+    return [parts[i % len(parts)][i // len(parts)] for i in range(n)]
 
 
 def check_split(tasks_per_step: int, world: int) -> None:

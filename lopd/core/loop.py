@@ -30,9 +30,9 @@ from torch.distributed.tensor import DTensor
 
 from lopd.core import checkpoint
 from lopd.core.config import Config
-from lopd.core.device import device, release_freed_memory
-from lopd.core.distributed import (check_split, full_optimizer_state, full_state_dict, load_full_optimizer_state,
-                                   output_weight, reduce_metrics, shard, unwrap)
+from lopd.core.device import deterministic_kernels, device, release_freed_memory
+from lopd.core.distributed import (check_split, full_optimizer_state, full_parameters, full_state_dict,
+                                   load_full_optimizer_state, output_weight, reduce_metrics, shard, unwrap)
 from lopd.core.losses import chunked_entropy
 from lopd.core.methods import Method, MethodContext, PolicyOutputs
 from lopd.core.models import load_model, load_tokenizer
@@ -249,14 +249,15 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
         t1 = time.perf_counter()
         sampling_s, collect_s = backend.stats["sampling_s"] - sampler_s, t1 - t0  # the rest: reward/env time
         backend.sleep()  # a colocated vLLM engine frees the GPU for the update
-        metrics = update(model, optimizer, accelerator, method, trajectories, tokenizer.pad_token_id, cfg)
+        with deterministic_kernels():  # a resumed run must equal an uninterrupted one on a GPU too
+            metrics = update(model, optimizer, accelerator, method, trajectories, tokenizer.pad_token_id, cfg)
         if world > 1:  # every process's after_step (skills, grown bank) and step metrics see the whole step
             trajectories = gather_object(trajectories)
             # the step waits for the slowest process's rollouts: its timings are the step's
             sampling_s, collect_s = max(gather_object([(sampling_s, collect_s)]), key=lambda pair: pair[1])
         metrics.update(method.after_step(metrics, trajectories))
         backend.wake_up()
-        backend.load_weights(full_state_dict(model))
+        backend.load_weights(full_parameters(model))  # gathered one tensor at a time (collective)
         release_freed_memory()
         t2 = time.perf_counter()
         rewards = [t.reward for t in trajectories]

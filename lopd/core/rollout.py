@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple, Protocol, Sequence
 
 import torch
-from accelerate import PartialState
 from transformers import AutoConfig, GenerationConfig, PreTrainedTokenizerBase
 
 from lopd.core.config import Config
@@ -124,6 +123,12 @@ def step_seed(seed: int, step: int, rank: int = 0) -> int:
     return (seed * 1_000_003 + step * 7_919 + rank * 104_729) % (2**63)
 
 
+def process_seed(seed: int, rank: int) -> int:
+    """A seed of process `rank`'s own for a stage's sampling: `seed` itself on process 0, so a one-process run samples
+    what it always did."""
+    return seed if rank == 0 else step_seed(seed, 0, rank)
+
+
 def sampling_params(cfg: Config, max_new_tokens: int) -> SamplingParams:
     s = cfg.sampling
     return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, max_new_tokens=max_new_tokens)
@@ -135,15 +140,14 @@ def greedy_params(max_new_tokens: int) -> SamplingParams:
 
 
 def backend_name(cfg: Config, model_dir: str | Path) -> str:
-    """`sampling.backend` with auto decided: vllm on CUDA when it is installed and this is a single process, else hf.
+    """`sampling.backend` with auto decided: vllm on CUDA when it is installed (one engine per process), else hf.
     On this project's CPU hf stays the default: in the cpu profile's bf16 vLLM's CPU kernels decode at half hf's speed
     (no bf16 units); in float32 the two tie at training length and vllm wins at evaluation and multi-turn
     (README, Rollout backends). vllm asked for but not installed, or on a CPU for a head size vLLM's CPU attention
     does not take (tiny-random's 16), is a one-line error."""
     name = cfg.sampling.backend
     if name == "auto":
-        single = PartialState().num_processes == 1
-        return "vllm" if torch.cuda.is_available() and vllm_available() and single else "hf"
+        return "vllm" if torch.cuda.is_available() and vllm_available() else "hf"
     if name == "vllm" and not vllm_available():
         raise RuntimeError(f"sampling.backend=vllm: vllm is not installed ({INSTALL_HINT})")
     if name == "vllm" and not torch.cuda.is_available() and not runs_on_cpu(model_dir):

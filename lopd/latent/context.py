@@ -11,7 +11,7 @@ spliced in. Retrieval is training's: the task's query embedding against the bank
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import torch
 
@@ -104,7 +104,7 @@ class LatentContextBackend:
         ids, embeds = zip(*map(self._with_context, prompts)) if prompts else ((), ())
         return self.inner.generate(list(ids), params, seed, embeds=list(embeds))
 
-    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         raise RuntimeError("LatentContextBackend serves the frozen base model: nothing trains it")
 
     def sleep(self) -> None:
