@@ -5,6 +5,8 @@
 3. smoke_dag_vllm: the smoke DAG on CUDA with the vLLM rollout backend (`dvc exp run -S profile=smoke
    -S sampling.backend=vllm` in a copy of the repository), checking that every training stage reported training on
    cuda.
+3b. launched_grpo: one GRPO step of the real `train` stage through the launcher (`launch.processes: auto`, torchrun,
+   the HF sampler) on the check's model: one process per GPU, each on cuda, outputs written once.
 4. ddp_check: scripts/ddp_check.py with one process per GPU (torchrun, NCCL), by default on the embedded
    SmolLM2-135M: 2 steps of GRPO, SDPO, Skill-SD and LOPD; every student on cuda, every loss finite, all ranks
    identical (one GPU: one rank).
@@ -36,10 +38,12 @@ import time
 from pathlib import Path
 
 import torch
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from lopd.core.config import read_yaml  # noqa: E402
 from lopd.core.models import load_tokenizer, prepare_base_model  # noqa: E402
 
 sys.path.insert(0, str(REPO / "scripts"))
@@ -98,6 +102,32 @@ def smoke_dag(args, tmp: Path) -> dict:
     return {"status": "ok" if ok and on_gpu else "failed", "training_stages": len(placed),
             "placement": sorted(set(placed)),
             "wall_s": round(time.perf_counter() - start, 1), **({} if ok else {"tail": out[-3000:]})}
+
+
+def launched_grpo(args, tmp: Path) -> dict:
+    """One GRPO step of the real stage through the launcher (`python -m pipelines.launch train`, torchrun, one process
+    per GPU, the HF sampler) in a copy of the repository whose `models/base` is the check's model: every process must
+    train on cuda, and one metrics file and one step be written."""
+    repo = tmp / "launched"
+    shutil.copytree(REPO, repo, ignore=shutil.ignore_patterns(".venv", ".git", ".gpu", "models", "checkpoints",
+                                                              "bank*", "pool*", "results", "metrics", "plots",
+                                                              "__pycache__"))
+    shutil.copytree(args.model_dir, repo / "models" / "base")
+    params = read_yaml(REPO / "params.yaml")
+    params.update(launch={"processes": "auto", "launcher": "torchrun"}, grpo={**params["grpo"], "steps": 1},
+                  sampling={**params["sampling"], "backend": "hf"}, data={**params["data"], "validation_tasks": 0,
+                                                                          "shared_dir": str(SHARED)})
+    (repo / "params.yaml").write_text(yaml.safe_dump(params))
+    start = time.perf_counter()
+    ok, out = run([sys.executable, "-m", "pipelines.launch", "train", "--method", "grpo"], repo,
+                  {"LOPD_MLFLOW_URI": "off"})
+    placed = re.findall(r"\] training on (\S+) x (\d+) process\(es\), rollouts by (\w+)", out)
+    metrics = repo / "metrics" / "train" / "grpo.json"
+    history = json.loads((repo / "plots" / "train" / "grpo.json").read_text()) if ok else []
+    passed = (ok and len(placed) == 1 and placed[0][0].startswith("cuda")
+              and int(placed[0][1]) == torch.cuda.device_count() and metrics.is_file() and len(history) == 1)
+    return {"status": "ok" if passed else "failed", "placement": placed, "steps": len(history),
+            "wall_s": round(time.perf_counter() - start, 1), **({} if passed else {"tail": out[-3000:]})}
 
 
 def launch(args, tmp: Path, sharding: str) -> tuple[dict, list[dict] | None]:
@@ -168,7 +198,7 @@ def resume_comparison(straight: dict, resumed: dict) -> dict:
 
 
 PARTS = {"device_tests": device_tests, "vllm_tests": vllm_tests, "smoke_dag_vllm": smoke_dag,
-         "ddp_check": ddp_check, "fsdp2_check": fsdp2_check}
+         "launched_grpo": launched_grpo, "ddp_check": ddp_check, "fsdp2_check": fsdp2_check}
 
 
 def random_weights(model_dir: Path, out: Path) -> Path:

@@ -1,6 +1,7 @@
 """End to end on a copy of the repository: a fresh clone dry-runs; `dvc exp run -S profile=smoke` produces the tables,
 metrics DVC can show and plots; a queued sweep re-runs exactly the branches it changes and logs one MLflow parent run
-per experiment; a DVC remote restores the results in a new clone; code changes mark and re-train the right stages."""
+per experiment; a DVC remote restores the results in a new clone; code changes mark and re-train the right stages;
+`-S launch.processes=2` runs every stage kind on two processes."""
 
 import csv
 import json
@@ -205,6 +206,32 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     assert "code or inputs changed since the checkpoint; starting fresh" in out and "resuming" not in out, out
     again = json.loads((repo / "plots" / "train" / "sdpo.json").read_text())
     assert [(h["reward"], round(h["loss"], 6)) for h in again] == [(h["reward"], round(h["loss"], 6)) for h in train]
+
+    # two processes a stage: `-S launch.processes=2` re-runs, under torchrun, every stage kind that splits its work
+    # (a bank, a baseline's and LOPD's training, a code and an agentic evaluation), and cold_start (downstream of the
+    # bank) on one process, saying so; each stage writes its metrics and its one MLflow run once (two agentic tasks a
+    # step: the smoke profile's one cannot be shared)
+    store = tmp_path / "mlflow-two-processes.db"
+    proc = subprocess.run(["dvc", "exp", "run", "-n", "two-processes", *smoke, "-S", "agentic.rollouts_per_step=8",
+                           "-S", "launch.processes=2", "eval@lopd-humaneval_plus", "eval_agentic@sdpo"], cwd=repo,
+                          env={**env, "LOPD_MLFLOW_URI": f"sqlite:///{store}"}, capture_output=True, text=True,
+                          timeout=1500)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
+    split = {"build_bank", "build_bank_agentic", "train_lopd", "train_agentic@sdpo", "eval@lopd-humaneval_plus",
+             "eval_agentic@sdpo"}
+    assert split | {"cold_start"} <= set(re.findall(r"Running stage '([^']+)'", log)), log[-3000:]
+    assert "launch: cold_start runs on one process of the 2 asked for" in log
+    placed = re.findall(r"\] training on (\S+) x (\d+) process\(es\)", log)
+    assert placed and all(p == ("cpu", "2") for p in placed), placed
+    assert log.count("[lopd] step 2/2") == 1  # progress from process 0 alone
+    lopd = json.loads((repo / "metrics" / "train" / "lopd.json").read_text())
+    assert list(lopd) == ["train_lopd"] and lopd["train_lopd"]["rollouts"] == 2 * 8
+    runs = mlflow.MlflowClient(f"sqlite:///{store}").search_runs(
+        [mlflow.MlflowClient(f"sqlite:///{store}").get_experiment_by_name("lopd-suite-smoke").experiment_id])
+    children = sorted(r.info.run_name for r in runs if "mlflow.parentRunId" in r.data.tags)
+    assert sorted(set(children)) == children and split <= set(children), children  # one run a stage
+    assert all(r.data.params["launch.processes"] == "2" for r in runs if r.info.run_name in split)
 
 
 def _leaves(section):

@@ -644,8 +644,10 @@ class Config:
                "or no episode can take a step")
 
     def rollouts_per_task(self) -> dict[str, int]:
-        """Each method's rollouts per task: its group size, else 1."""
-        return {name: getattr(section, "group_size", None) or 1 for name, section in self.method_sections.items()}
+        """Each method the run trains or evaluates (`methods`, `baseline_methods`): its rollouts per task, its group
+        size or 1."""
+        return {name: getattr(section, "group_size", None) or 1 for name, section in self.method_sections.items()
+                if name in self.methods or name in self.baseline_methods}
 
     def to_dict(self) -> dict[str, Any]:
         """The config as params.yaml spells it: method sections at the top level."""
@@ -655,9 +657,9 @@ class Config:
 
 
 def process_split_error(cfg: Config, processes: int) -> str | None:
-    """Why a step's tasks do not split evenly over `processes` (every process samples as many), or None: each method's
-    tasks per step (rollouts per step / its group size) in both domains must be a multiple of the count. The message
-    names the fewest tasks that fail."""
+    """Why a step's tasks do not split evenly over `processes` (every process samples as many), or None: the tasks per
+    step (rollouts per step / its group size) of each method the run trains, in both domains, must be a multiple of
+    the count. The message names the fewest tasks that fail."""
     domains = {"train": cfg.train.rollouts_per_step,
                "agentic": cfg.agentic.rollouts_per_step or cfg.train.rollouts_per_step}
     failing = sorted((rollouts // group, key, rollouts, group, name) for key, rollouts in domains.items()
