@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import sys
 
+from accelerate import PartialState
+
 from lopd.core.tracking import Tracker
 from lopd.latent.cold_start import cold_start
 from lopd.latent.composer import FRAMINGS
@@ -25,6 +27,8 @@ def main() -> None:
                                 tracker)
         except (OSError, ValueError) as err:
             sys.exit(f"error: {stage}: {err}")
+        if not PartialState().is_main_process:  # every process trained; process 0 writes
+            return
         s = result["summary"]
         write_json(domain.plots / "cold_start.json", result["history"])
         record_metrics(tracker, domain.metrics / "cold_start.json", stage, {k: s[k] for k in METRIC_KEYS})

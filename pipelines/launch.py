@@ -19,14 +19,11 @@ import sys
 
 from lopd.core.config import REPO_ROOT, ConfigError, LaunchConfig, load_config, process_split_error
 
-MULTI_PROCESS = ("train", "build_bank", "evaluate", "evaluate_agentic", "evaluate_base_composer",
+MULTI_PROCESS = ("train", "build_bank", "cold_start", "evaluate", "evaluate_agentic", "evaluate_base_composer",
                  "evaluate_agentic_base_composer")
-"""Stage CLIs that split their work over the processes (rollouts, benchmark tasks, episodes); process 0 writes the
-outputs."""
-ONE_PROCESS = {
-    "cold_start": "the composer's cold start trains on one device (a short supervised phase; not distributed yet)",
-    "latent_decode": "a short diagnostic over a few latents",
-}
+"""Stage CLIs that split their work over the processes (rollouts, batches, benchmark tasks, episodes); process 0
+writes the outputs."""
+ONE_PROCESS = {"latent_decode": "a short diagnostic: LM-head projections of 20 tasks' latents"}
 """Stage CLIs that run under the launcher on one process whatever `launch.processes` says, and why. Every other
 stage (prepare_model, build_pool, report) uses no model on a device and runs as `python -m pipelines.<stage>`."""
 

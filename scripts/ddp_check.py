@@ -1,7 +1,8 @@
 """Multi-process agreement check: run under torchrun with N processes.
 
 Each process trains GRPO, SDPO (EMA teacher), Skill-SD (skills) and LOPD (composer, β, grown bank) for 2 steps on
-the given model, on its own device (`lopd.core.device`: the CPU with gloo, or one GPU per process with NCCL), then
+the given model (with DDP also 2 steps of the composer's cold start, each process scoring its share of a batch), on
+its own device (`lopd.core.device`: the CPU with gloo, or one GPU per process with NCCL), then
 writes to WORK_DIR/rank<r>.pt what must agree across processes: the student's full weights, the method's state, the
 history, plus its own rewards, the device its student lived on and whether every loss was finite.
 SHARDING (`train.sharding`, default ddp) fsdp2 shards the students; that run also interrupts a 2-step LOPD run
@@ -34,7 +35,7 @@ from lopd.core.loop import train
 from lopd.core.rollout import Task, single_turn
 from lopd.core.tracking import Tracker
 from lopd.latent.bank import BankEntry, task_text, trace_function, write_bank
-from lopd.latent.cold_start import cold_start
+from lopd.latent.cold_start import ANCHORS_FILE, COMPOSER_FILE, cold_start
 from lopd.latent.composer import FRAMINGS
 from lopd.latent.method import LOPD
 from lopd.latent.retrieval import (BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE, TextEmbedder,
@@ -61,6 +62,11 @@ def overrides(embedder: str | None = None, profile: str = "smoke") -> dict:
     """The profile's overrides (PROFILES), with `bank.embedder` set to `embedder` when one is named."""
     base = PROFILES[profile]
     return base if embedder is None else {**base, "bank": {**base["bank"], "embedder": embedder}}
+
+
+def cold_start_config(base: dict):
+    """2 cold-start steps on batches of the whole 3-entry bank: 2 processes score 2 and 1 entries."""
+    return resolve({**base, "cold_start": {"steps": 2, "batch_size": 3}})
 
 
 def prepare_inputs(model_dir: str | Path, work: Path, embedder: str | None = None, profile: str = "smoke") -> None:
@@ -166,6 +172,10 @@ def main() -> None:
                                                              "composer": resumed.composer.trainable_state()}}
         torch.save(out, work / f"rank{rank}.pt")
         return
+    cold = cold_start(cold_start_config(base), model_dir, work / "bank", TASKS, work / "cold_start", FRAMINGS["code"])
+    out["cold_start"] = {"history": cold["history"], "summary": cold["summary"],
+                         "composer": torch.load(work / "cold_start" / COMPOSER_FILE, weights_only=True),
+                         "anchors": torch.load(work / "cold_start" / ANCHORS_FILE, weights_only=True)}
     try:  # 3 tasks per step cannot split over 2 processes
         uneven = resolve({"profile": "smoke", "train": {"steps": 1, "rollouts_per_step": 12}})
         train(uneven, GRPO(uneven.grpo), TASKS, single_turn(score), model_dir, work / "runs" / "uneven")

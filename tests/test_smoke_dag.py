@@ -207,31 +207,30 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     again = json.loads((repo / "plots" / "train" / "sdpo.json").read_text())
     assert [(h["reward"], round(h["loss"], 6)) for h in again] == [(h["reward"], round(h["loss"], 6)) for h in train]
 
-    # two processes a stage: `-S launch.processes=2` re-runs, under torchrun, every stage kind that splits its work
-    # (a bank, a baseline's and LOPD's training, a code and an agentic evaluation), and cold_start (downstream of the
-    # bank) on one process, saying so; each stage writes its metrics and its one MLflow run once (two agentic tasks a
-    # step: the smoke profile's one cannot be shared)
+    # two processes a stage: `-S launch.processes=2` runs, under torchrun, every stage kind that splits its work
+    # (bank, cold start, training, code and agentic evaluation: each alone, `-s`, upon the outputs above) and
+    # latent_decode on one process, saying so; each writes its metrics and its one MLflow run once (two agentic tasks
+    # a step: the smoke profile's one cannot be shared)
     store = tmp_path / "mlflow-two-processes.db"
-    proc = subprocess.run(["dvc", "exp", "run", "-n", "two-processes", *smoke, "-S", "agentic.rollouts_per_step=8",
-                           "-S", "launch.processes=2", "eval@lopd-humaneval_plus", "eval_agentic@sdpo"], cwd=repo,
+    split = ["build_bank", "cold_start", "train_lopd", "eval@lopd-humaneval_plus", "eval_agentic@sdpo"]
+    proc = subprocess.run(["dvc", "exp", "run", "-s", "-n", "two-processes", *smoke, "-S", "agentic.rollouts_per_step=8",
+                           "-S", "launch.processes=2", *split, "latent_decode"], cwd=repo,
                           env={**env, "LOPD_MLFLOW_URI": f"sqlite:///{store}"}, capture_output=True, text=True,
                           timeout=1500)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
-    split = {"build_bank", "build_bank_agentic", "train_lopd", "train_agentic@sdpo", "eval@lopd-humaneval_plus",
-             "eval_agentic@sdpo"}
-    assert split | {"cold_start"} <= set(re.findall(r"Running stage '([^']+)'", log)), log[-3000:]
-    assert "launch: cold_start runs on one process of the 2 asked for" in log
+    assert re.findall(r"Running stage '([^']+)'", log) == [*split, "latent_decode"], log[-3000:]
+    assert "launch: latent_decode runs on one process of the 2 asked for" in log
     placed = re.findall(r"\] training on (\S+) x (\d+) process\(es\)", log)
-    assert placed and all(p == ("cpu", "2") for p in placed), placed
-    assert log.count("[lopd] step 2/2") == 1  # progress from process 0 alone
+    assert placed == [("cpu", "2")], placed
+    assert log.count("[lopd] step 2/2") == log.count("[cold_start] step 2/2") == 1  # process 0 alone reports
     lopd = json.loads((repo / "metrics" / "train" / "lopd.json").read_text())
     assert list(lopd) == ["train_lopd"] and lopd["train_lopd"]["rollouts"] == 2 * 8
-    runs = mlflow.MlflowClient(f"sqlite:///{store}").search_runs(
-        [mlflow.MlflowClient(f"sqlite:///{store}").get_experiment_by_name("lopd-suite-smoke").experiment_id])
+    client = mlflow.MlflowClient(f"sqlite:///{store}")
+    runs = client.search_runs([client.get_experiment_by_name("lopd-suite-smoke").experiment_id])
     children = sorted(r.info.run_name for r in runs if "mlflow.parentRunId" in r.data.tags)
-    assert sorted(set(children)) == children and split <= set(children), children  # one run a stage
-    assert all(r.data.params["launch.processes"] == "2" for r in runs if r.info.run_name in split)
+    assert children == sorted([*split, "latent_decode"]), children  # one run a stage, not one a process
+    assert all(r.data.params["launch.processes"] == "2" for r in runs)
 
 
 def _leaves(section):

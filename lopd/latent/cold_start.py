@@ -9,6 +9,10 @@ cold-start latents c_phi0 of every training task are cached for LOPD's anchor te
 Every step is checkpointed to `progress.pt` in the output folder (written to a temporary file, then renamed), so a
 killed run resumes where it stopped and ends exactly as an uninterrupted one; the file is removed once phi_0 and the
 anchor cache are written. A checkpoint from another configuration, other code or other inputs is not resumed.
+
+Under several processes (`launch.processes`) each process scores its share of every batch, and the shares' gradients
+are summed (each share's mean weighted by its size), so a step is the one-process step up to summation order; the
+anchor latents are split the same way. Process 0 writes the checkpoints and the outputs.
 """
 
 from __future__ import annotations
@@ -23,12 +27,14 @@ from typing import Sequence
 
 import torch
 from accelerate import Accelerator
+from accelerate.utils import gather_object
 
 from lopd.latent.bank import BankEntry, task_text
 from lopd.latent.composer import Composer, compose, teacher_batch
 from lopd.core import provenance
 from lopd.core.config import Config
 from lopd.core.device import deterministic_kernels, device
+from lopd.core.distributed import process_share
 from lopd.core.losses import sequence_means, token_logprobs
 from lopd.core.models import load_model, load_tokenizer
 from lopd.core.progress import progress, write
@@ -88,12 +94,16 @@ def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: S
         return latent_nll(composer, tokenizer, [e for e, _ in batch], [r for _, r in batch], bank,
                           [by_id[e.task_id] for e, _ in batch], framing, accelerator)
 
+    rank, world = accelerator.process_index, accelerator.num_processes
+    log = write if accelerator.is_main_process else lambda line: None
+
     def mean_nll(subset: list[tuple[BankEntry, list[int]]]) -> float | None:
         if not subset:
             return None
+        share = subset[rank::world]  # each process its share (all of it in one process)
         with torch.no_grad():
-            return sum(nll(subset[i:i + size]).item() * len(subset[i:i + size])
-                       for i in range(0, len(subset), size)) / len(subset)
+            total = sum(nll(share[i:i + size]).item() * len(share[i:i + size]) for i in range(0, len(share), size))
+        return summed(total, world) / len(subset)
 
     n_measured = len(examples) if cfg.cold_start.eval_examples is None else cfg.cold_start.eval_examples
     measured = random.Random(cfg.seed).sample(examples, min(n_measured, len(examples)))
@@ -109,7 +119,7 @@ def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: S
         order.setstate(resumed["order"])
         torch.set_rng_state(resumed["torch_rng"])
         history, queue, nll_before = resumed["history"], resumed["queue"], resumed["nll_before"]
-        write(f"[cold_start] resuming after step {len(history)}/{steps}")
+        log(f"[cold_start] resuming after step {len(history)}/{steps}")
     else:
         history, queue, nll_before = [], [], mean_nll(measured)
     for step in progress(range(len(history), steps), desc="cold start", unit="step", initial=len(history),
@@ -119,27 +129,38 @@ def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: S
             queue = queue or order.sample(range(len(examples)), len(examples))
             picked.append(examples[queue.pop()])
         optimizer.zero_grad(set_to_none=True)
+        mine = picked[rank::world]  # the batch's mean NLL is the sum of the processes' share-weighted means
         with deterministic_kernels():  # a resumed cold start equals an uninterrupted one on a GPU too
-            loss = nll(picked)
+            loss = nll(mine) * (len(mine) / len(picked)) if mine else torch.zeros((), device=device())
             grad_norm = 0.0
-            if loss.requires_grad:  # false only when nothing in the batch retrieved anything (a one-task bank)
-                accelerator.backward(loss)
+            # false only when nothing in the batch retrieved anything (a one-task bank): then no process steps
+            if any_process(loss.requires_grad, world):
+                if loss.requires_grad:
+                    accelerator.backward(loss)
+                if world > 1:  # the composer is not DDP-wrapped: sum the shares' gradients
+                    for p in params:
+                        p.grad = accelerator.reduce(torch.zeros_like(p) if p.grad is None else p.grad, reduction="sum")
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.cold_start.grad_clip))
                 optimizer.step()
-        history.append({"step": step + 1, "nll": loss.item(), "grad_norm": grad_norm})
+        history.append({"step": step + 1, "nll": summed(loss.item(), world), "grad_norm": grad_norm})
         if tracker:
             tracker.log_metrics(history[-1], step=step + 1)
-        _save_progress(out_dir / PROGRESS_FILE, {
-            "fingerprint": fingerprint, "trainable": composer.trainable_state(), "optimizer": optimizer.state_dict(),
-            "order": order.getstate(), "torch_rng": torch.get_rng_state(), "history": history, "queue": queue,
-            "nll_before": nll_before, "elapsed_s": time.perf_counter() - start})
-        write(f"[cold_start] step {step + 1}/{steps} nll {loss.item():.4f} "
-              f"({time.perf_counter() - start:.0f} s since the start)")
+        if accelerator.is_main_process:
+            _save_progress(out_dir / PROGRESS_FILE, {
+                "fingerprint": fingerprint, "trainable": composer.trainable_state(),
+                "optimizer": optimizer.state_dict(), "order": order.getstate(), "torch_rng": torch.get_rng_state(),
+                "history": history, "queue": queue, "nll_before": nll_before,
+                "elapsed_s": time.perf_counter() - start})
+        log(f"[cold_start] step {step + 1}/{steps} nll {history[-1]['nll']:.4f} "
+            f"({time.perf_counter() - start:.0f} s since the start)")
     nll_after = mean_nll(measured)
 
-    composer.save(out_dir / COMPOSER_FILE)
-    torch.save(anchor_latents(composer, retriever, bank, tasks, cfg.n_ret, accelerator), out_dir / ANCHORS_FILE)
-    (out_dir / PROGRESS_FILE).unlink(missing_ok=True)
+    anchors = anchor_latents(composer, retriever, bank, tasks, cfg.n_ret, accelerator)
+    if accelerator.is_main_process:
+        composer.save(out_dir / COMPOSER_FILE)
+        torch.save(anchors, out_dir / ANCHORS_FILE)
+        (out_dir / PROGRESS_FILE).unlink(missing_ok=True)
+    accelerator.wait_for_everyone()  # every process returns once the outputs are there
     summary = {"n_examples": len(examples), "steps": steps, "nll_examples": len(measured), "nll_before": nll_before,
                "nll_after": nll_after, "latent_tokens": cfg.latent_tokens, "n_ret": cfg.n_ret,
                "wall_s": round(time.perf_counter() - start, 1)}
@@ -191,14 +212,29 @@ def _load_progress(path: Path, fingerprint: str, steps: int) -> dict | None:
 @torch.no_grad()
 def anchor_latents(composer: Composer, retriever: Retriever, bank: list[BankEntry], tasks: Sequence[Task],
                    n_ret: int, accelerator: Accelerator, batch_size: int = 8) -> dict[str, dict]:
-    """c_phi0 per training task: {task_id: {"entries": retrieved bank indices, "latents": [J*K, D] float32}}."""
+    """c_phi0 per training task: {task_id: {"entries": retrieved bank indices, "latents": [J*K, D] float32}}, in task
+    order; each process composes its share of the tasks, every process gets them all."""
+    share = [tasks[i] for i in process_share(len(tasks))]
     out = {}
-    for i in progress(range(0, len(tasks), batch_size), desc="anchor latents", unit="batch"):
-        chunk = tasks[i:i + batch_size]
+    for i in progress(range(0, len(share), batch_size), desc="anchor latents", unit="batch"):
+        chunk = share[i:i + batch_size]
         retrieved = [retriever.retrieve(t.task_id, n_ret) for t in chunk]
         with accelerator.autocast():
             latents = compose(composer, [task_text(t.messages) for t in chunk],
                               [[bank[j].trace for j in idx] for idx in retrieved])
         out.update({t.task_id: {"entries": idx, "latents": lat.float().cpu()}
                     for t, idx, lat in zip(chunk, retrieved, latents)})
-    return out
+    if accelerator.num_processes == 1:
+        return out
+    every = {k: v for part in gather_object([out]) for k, v in part.items()}
+    return {t.task_id: every[t.task_id] for t in tasks}
+
+
+def summed(value: float, world: int) -> float:
+    """`value` summed over the processes (collective; itself in one process)."""
+    return sum(gather_object([value])) if world > 1 else value
+
+
+def any_process(flag: bool, world: int) -> bool:
+    """Whether `flag` holds on any process (collective; itself in one process)."""
+    return any(gather_object([flag])) if world > 1 else flag
