@@ -1,8 +1,8 @@
 """Multi-process agreement check: run under torchrun with N processes.
 
 Each process trains GRPO, SDPO (EMA teacher), Skill-SD (skills) and LOPD (composer, β, grown bank) for 2 steps on
-the given model (with DDP also 2 steps of the composer's cold start, each process scoring its share of a batch), on
-its own device (`lopd.core.device`: the CPU with gloo, or one GPU per process with NCCL), then
+the given model (with DDP also 2 steps of the composer's cold start, each process scoring its share of a batch, and
+the experience bank's rollouts, each process sampling its share of the tasks), on its own device (`lopd.core.device`: the CPU with gloo, or one GPU per process with NCCL), then
 writes to WORK_DIR/rank<r>.pt what must agree across processes: the student's full weights, the method's state, the
 history, plus its own rewards, the device its student lived on and whether every loss was finite.
 SHARDING (`train.sharding`, default ddp) fsdp2 shards the students; that run also interrupts a 2-step LOPD run
@@ -34,7 +34,7 @@ from lopd.core import loop
 from lopd.core.loop import train
 from lopd.core.rollout import Task, single_turn
 from lopd.core.tracking import Tracker
-from lopd.latent.bank import BankEntry, task_text, trace_function, write_bank
+from lopd.latent.bank import BankEntry, sample_rollouts, task_text, trace_function, write_bank
 from lopd.latent.cold_start import ANCHORS_FILE, COMPOSER_FILE, cold_start
 from lopd.latent.composer import FRAMINGS
 from lopd.latent.method import LOPD
@@ -176,6 +176,8 @@ def main() -> None:
     out["cold_start"] = {"history": cold["history"], "summary": cold["summary"],
                          "composer": torch.load(work / "cold_start" / COMPOSER_FILE, weights_only=True),
                          "anchors": torch.load(work / "cold_start" / ANCHORS_FILE, weights_only=True)}
+    out["bank_rollouts"] = [(task_id, t.token_ids) for task_id, _, t in
+                            sample_rollouts(cfg, TASKS, single_turn(score), model_dir, tasks_per_batch=2)]
     try:  # 3 tasks per step cannot split over 2 processes
         uneven = resolve({"profile": "smoke", "train": {"steps": 1, "rollouts_per_step": 12}})
         train(uneven, GRPO(uneven.grpo), TASKS, single_turn(score), model_dir, work / "runs" / "uneven")

@@ -221,3 +221,12 @@ def test_a_two_process_cold_start_is_the_one_process_one_up_to_rounding(runs, in
     assert apart.float().mean().item() < 0.05
     assert list(a["anchors"]) == list(anchors) == [t.task_id for t in ddp_check.TASKS]  # in task order
     assert all(a["anchors"][t]["entries"] == anchors[t]["entries"] for t in anchors)
+
+
+def test_the_banks_rollouts_are_split_over_the_processes_and_gathered_in_task_order(runs):
+    """build_bank's sampling (lopd.latent.bank.sample_rollouts) under 2 processes: each samples its share of the tasks,
+    and every process ends with all of them, in task order, `bank.samples_per_task` each."""
+    (r0, r1), *_ = runs
+    assert r0["bank_rollouts"] == r1["bank_rollouts"]
+    assert [task_id for task_id, _ in r0["bank_rollouts"]] == [t.task_id for t in ddp_check.TASKS]  # 1 per task
+    assert all(tokens for _, tokens in r0["bank_rollouts"])

@@ -207,30 +207,32 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     again = json.loads((repo / "plots" / "train" / "sdpo.json").read_text())
     assert [(h["reward"], round(h["loss"], 6)) for h in again] == [(h["reward"], round(h["loss"], 6)) for h in train]
 
-    # two processes a stage: `-S launch.processes=2` runs, under torchrun, every stage kind that splits its work
-    # (bank, cold start, training, code and agentic evaluation: each alone, `-s`, upon the outputs above) and
-    # latent_decode on one process, saying so; each writes its metrics and its one MLflow run once (two agentic tasks
-    # a step: the smoke profile's one cannot be shared)
+    # two processes a stage: `-S launch.processes=2` runs the training, a code and an agentic evaluation (each alone,
+    # `-s`, upon the outputs above) under torchrun; each writes its metrics and its one MLflow run once (two agentic
+    # tasks a step: the smoke profile's one cannot be shared). The bank's and the cold start's splits run in
+    # tests/test_multiprocess.py, a one-process stage's note in tests/test_launch.py: each stage costs ~20 s here.
     store = tmp_path / "mlflow-two-processes.db"
-    split = ["build_bank", "cold_start", "train_lopd", "eval@lopd-humaneval_plus", "eval_agentic@sdpo"]
+    split = ["train_lopd", "eval@lopd-humaneval_plus", "eval_agentic@sdpo"]
     proc = subprocess.run(["dvc", "exp", "run", "-s", "-n", "two-processes", *smoke, "-S", "agentic.rollouts_per_step=8",
-                           "-S", "launch.processes=2", *split, "latent_decode"], cwd=repo,
+                           "-S", "launch.processes=2", *split], cwd=repo,
                           env={**env, "LOPD_MLFLOW_URI": f"sqlite:///{store}"}, capture_output=True, text=True,
                           timeout=1500)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
-    assert re.findall(r"Running stage '([^']+)'", log) == [*split, "latent_decode"], log[-3000:]
-    assert "launch: latent_decode runs on one process of the 2 asked for" in log
+    assert re.findall(r"Running stage '([^']+)'", log) == split, log[-3000:]
     placed = re.findall(r"\] training on (\S+) x (\d+) process\(es\)", log)
     assert placed == [("cpu", "2")], placed
-    assert log.count("[lopd] step 2/2") == log.count("[cold_start] step 2/2") == 1  # process 0 alone reports
+    assert log.count("[lopd] step 2/2") == 1  # process 0 alone reports
+    evaluated = json.loads((repo / "results" / "eval" / "lopd" / "humaneval_plus.json").read_text())
+    assert evaluated["summary"]["n_tasks"] == len(evaluated["per_task"]) == 4  # both processes' shares gathered
     lopd = json.loads((repo / "metrics" / "train" / "lopd.json").read_text())
     assert list(lopd) == ["train_lopd"] and lopd["train_lopd"]["rollouts"] == 2 * 8
     client = mlflow.MlflowClient(f"sqlite:///{store}")
     runs = client.search_runs([client.get_experiment_by_name("lopd-suite-smoke").experiment_id])
     children = sorted(r.info.run_name for r in runs if "mlflow.parentRunId" in r.data.tags)
-    assert children == sorted([*split, "latent_decode"]), children  # one run a stage, not one a process
+    assert children == sorted(split), children  # one run a stage, not one a process
     assert all(r.data.params["launch.processes"] == "2" for r in runs)
+    assert {r.data.tags["lopd.processes"] for r in runs if r.info.run_name in split} == {"2"}
 
 
 def _leaves(section):

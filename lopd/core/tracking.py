@@ -280,7 +280,8 @@ class Tracker:
         env = os.environ
         key = invocation_key(env, process_ancestors(), socket.gethostname())
         source = _source_tags(cfg, env)  # git runs outside the lock: it can take a moment on a big tree
-        tags = {"dvc.stage": env.get("DVC_STAGE") or stage, **source}
+        # the processes that ran the stage (`launch.processes` may say auto); process 0 alone logs
+        tags = {"dvc.stage": env.get("DVC_STAGE") or stage, "lopd.processes": env.get("WORLD_SIZE", "1"), **source}
         params = {k: str(v)[:500] for k, v in flatten(cfg.to_dict()).items()}
         if system_metrics:
             _configure_system_metrics(mlflow)
