@@ -82,7 +82,8 @@ def main() -> None:
         processes = 1
     if error := process_split_error(cfg, processes):  # `auto` is resolved only here
         sys.exit(f"error: launch.processes: {error}")
-    argv = command(args.stage, args.args, processes, cfg.launch.launcher, free_port())
+    port = free_port() if cfg.launch.launcher == "accelerate" and processes > 1 else 0
+    argv = command(args.stage, args.args, processes, cfg.launch.launcher, port)
     sys.stdout.flush()
     os.execv(argv[0], argv)  # the stage replaces this process: DVC sees its exit status and signals
 
