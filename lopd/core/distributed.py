@@ -1,5 +1,6 @@
-"""What several training processes need beyond a single one: their metrics reduced, the student sharded (FSDP2) and
-its full weights and optimizer state gathered, and the check that the step's tasks split evenly.
+"""What several processes need beyond a single one: their metrics reduced, the student sharded (FSDP2) and its full
+weights (also one tensor at a time, for the rollout engine) and optimizer state gathered, the check that the step's
+tasks split evenly, and a stage's work split into shares and gathered back in order (the bank, the evaluations).
 
 Under DDP (accelerate's wrapper) and FSDP2 (`shard`) alike: every function here that gathers is collective, so every
 process calls it.

@@ -11,8 +11,9 @@ killed run resumes where it stopped and ends exactly as an uninterrupted one; th
 anchor cache are written. A checkpoint from another configuration, other code or other inputs is not resumed.
 
 Under several processes (`launch.processes`) each process scores its share of every batch, and the shares' gradients
-are summed (each share's mean weighted by its size), so a step is the one-process step up to summation order; the
-anchor latents are split the same way. Process 0 writes the checkpoints and the outputs.
+are summed (each share's mean weighted by its size), so a step is the one-process step up to rounding (under bf16
+autocast the backward rounds each share at its own loss scale); the anchor latents are split the same way. Process 0
+writes the checkpoints and the outputs.
 """
 
 from __future__ import annotations
