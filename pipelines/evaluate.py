@@ -20,7 +20,7 @@ from typing import Any, Callable
 from accelerate import PartialState
 
 from evaluation import evalplus_bench, livecodebench
-from lopd.core.config import Config
+from lopd.core.config import Config, repo_relative
 from lopd.core.device import device
 from lopd.core.distributed import gather_shares, process_share
 from lopd.core.rollout import encode_prompt, make_backend, process_seed, sampling_params
@@ -64,7 +64,8 @@ def code_benchmark(cfg: Config, benchmark: str) -> CodeBenchmark:
         try:
             problems = livecodebench.load_problems(release, cfg.data.livecodebench_window(benchmark))
         except FileNotFoundError:
-            raise NotAvailable(f"n/a: no LiveCodeBench release at {release} ({livecodebench.HOW_TO_GET})") from None
+            raise NotAvailable(f"n/a: no LiveCodeBench release at {repo_relative(release)} "
+                               f"({livecodebench.HOW_TO_GET})") from None
         by_id = {p.question_id: p for p in problems[:cfg.eval.task_limit]}
         return CodeBenchmark({qid: livecodebench.build_messages(p) for qid, p in by_id.items()}, False, (),
                              lambda text: text, lambda done: livecodebench.score(by_id, done, cfg.eval.workers),

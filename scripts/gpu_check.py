@@ -43,7 +43,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from lopd.core.config import read_yaml  # noqa: E402
+from lopd.core.config import read_yaml, repo_relative  # noqa: E402
 from lopd.core.models import load_tokenizer, prepare_base_model  # noqa: E402
 
 sys.path.insert(0, str(REPO / "scripts"))
@@ -143,8 +143,8 @@ def launch(args, tmp: Path, sharding: str) -> tuple[dict, list[dict] | None]:
                    "--profile", args.profile], REPO,
                   {"PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
                    "LOPD_MLFLOW_URI": "off"})
-    head = {"model": args.model, "random_init": args.random_init, "profile": args.profile,
-            "embedder": args.embedder or "the profile's", "processes": n,
+    head = {"model": repo_relative(args.model), "random_init": args.random_init, "profile": args.profile,
+            "embedder": repo_relative(args.embedder) if args.embedder else "the profile's", "processes": n,
             "wall_s": round(time.perf_counter() - start, 1)}
     if not ok:
         return {**head, "status": "failed", "tail": out[-3000:]}, None

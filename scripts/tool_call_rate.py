@@ -23,7 +23,7 @@ from pathlib import Path
 from evaluation.agentic import envscaler
 from evaluation.agentic.envscaler_split import envscaler_data
 from evaluation.stats import wilson_interval
-from lopd.core.config import REPO_ROOT, resolve
+from lopd.core.config import REPO_ROOT, repo_relative, resolve
 from lopd.core.models import load_tokenizer
 from lopd.core.multiturn import TOOL_CALL_FORMATS, parse_step, run_episodes
 from lopd.core.rollout import make_backend, sampling_params
@@ -101,7 +101,7 @@ def main() -> None:
     first = [texts[0] for texts in steps if texts]
     train_ids = {t.task_id for t in data.train}
     result = {
-        "model": model_name(model_dir), "model_dir": str(model_dir), "data": data.source,
+        "model": model_name(model_dir), "model_dir": repo_relative(model_dir), "data": data.source,
         "n_tasks": {"train": sum(t.task_id in train_ids for t in tasks),
                     "test": sum(t.task_id not in train_ids for t in tasks)},
         "settings": {"steps_per_episode": args.steps, "samples_per_task": args.samples,

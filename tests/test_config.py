@@ -219,3 +219,13 @@ def test_relative_paths_in_params_resolve_against_the_repository_dvc_runs_in(mon
     assert resolve_model("Qwen/Qwen3-4B") == "Qwen/Qwen3-4B" and resolve_model("smollm2-135m") == "smollm2-135m"
     monkeypatch.setenv("LOPD_MLFLOW_URI", "sqlite:///mlruns/mlflow.db")
     assert mlflow_uri(cfg) == f"sqlite:///{tmp_path / 'repo' / 'mlruns' / 'mlflow.db'}"
+
+
+def test_paths_are_recorded_relative_to_the_repository():
+    """Outputs name a path inside the repository relatively (they read the same on every machine); any other path
+    and a registry name stay as they are."""
+    from lopd.core.config import repo_relative
+
+    assert repo_relative(REPO_ROOT / "checkpoints" / "lopd") == "checkpoints/lopd"
+    assert repo_relative(REPO_ROOT / ".." / "shared" / "data") == "../shared/data"
+    assert repo_relative("/elsewhere/model") == "/elsewhere/model" and repo_relative("smollm2-135m") == "smollm2-135m"

@@ -137,7 +137,7 @@ def test_livecodebench_without_a_release_is_n_a_naming_the_path_and_with_one_it_
                          "--benchmark", "lcb_v5")
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((root / "code" / "results" / "eval" / "vanilla" / "lcb_v5.json").read_text())["summary"]
-    assert summary["n_tasks"] == 0 and summary["note"].startswith(f"n/a: no LiveCodeBench release at {REPO_ROOT}/nowhere/lcb")
+    assert summary["n_tasks"] == 0 and summary["note"].startswith("n/a: no LiveCodeBench release at nowhere/lcb")
     metrics = json.loads((root / "code" / "metrics" / "eval" / "vanilla" / "lcb_v5.json").read_text())
     assert metrics == {"eval@vanilla-lcb_v5": {"n_tasks": 0}}
 

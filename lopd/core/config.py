@@ -44,6 +44,14 @@ def resolve_path(path: str | Path) -> Path:
     return expanded if expanded.is_absolute() else params_root() / expanded
 
 
+def repo_relative(path: str | Path) -> str:
+    """`path` as recorded in outputs and reports: relative to the repository when it lies inside it (outputs then
+    read the same on every machine), else as it is."""
+    path = Path(path)
+    return path.relative_to(REPO_ROOT).as_posix() if path.is_absolute() and path.is_relative_to(REPO_ROOT) \
+        else path.as_posix()
+
+
 def resolve_model(name: str) -> str:
     """A model name from params: a path written as one (`./`, `../`, `~`) is resolved like any params path;
     a registry name or Hugging Face id (`org/name`) stays as it is."""

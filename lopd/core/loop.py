@@ -9,7 +9,7 @@ EMA updates see them, and hands every process all the step's trajectories, so sk
 With `train.sharding: fsdp2` and more than one process the loop shards the student itself (`shard`: torch's FSDP2
 `fully_shard` per decoder layer, then the root) instead of letting accelerate wrap it in DDP; whatever reads the
 student's weights outside its forward gathers the full tensors (`output_weight`, the EMA and live teachers,
-`full_state_dict`, `full_optimizer_state`).
+`full_state_dict`, `full_optimizer_state`, and `full_parameters`, one tensor at a time, for the rollout engine).
 
 Randomness is a pure function of (seed, step, process), so a resumed run continues exactly as an
 uninterrupted one: the resumable state is the weights, the optimizer state and the step counter.

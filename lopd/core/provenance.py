@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
-from lopd.core.config import REPO_ROOT
+from lopd.core.config import REPO_ROOT, repo_relative
 
 PACKAGES = ("lopd", "baselines", "evaluation", "pipelines")
 """The project's own top-level packages; imports of anything else (torch, the standard library) are not followed."""
@@ -101,7 +101,7 @@ def digest(paths: Iterable[Path]) -> str:
         files += [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
     h = hashlib.sha256()
     for file in sorted(set(files)):
-        name = file.relative_to(REPO_ROOT).as_posix() if file.is_relative_to(REPO_ROOT) else file.as_posix()
+        name = repo_relative(file)
         h.update(name.encode() + b"\0")
         with file.open("rb") as f:
             while chunk := f.read(1 << 20):

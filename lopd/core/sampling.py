@@ -3,7 +3,7 @@
 The loop talks to a `RolloutBackend`; `HFBackend` is the CPU one: a hand-written decode loop over a
 Hugging Face causal LM with a KV cache. It avoids `generate`'s per-step overhead (logits processors
 over the whole vocabulary, stopping-criteria objects) and drops finished rows from the batch so that
-long-tail rollouts do not keep paying for short ones. A vLLM backend can implement the same protocol.
+long-tail rollouts do not keep paying for short ones. lopd/core/vllm_backend.py implements the same protocol.
 
 Log-probs are those of the temperature-scaled full-vocabulary distribution softmax(z / T), the
 distribution the trainer recomputes (top-k / top-p only decide which tokens may be drawn).

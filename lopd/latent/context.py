@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 import torch
 
 from lopd.core import checkpoint
-from lopd.core.config import Config
+from lopd.core.config import Config, repo_relative
 from lopd.core.device import device
 from lopd.core.rollout import Task, encode_prompt
 from lopd.core.sampling import Completion, RolloutBackend, SamplingParams
@@ -37,12 +37,13 @@ def trained_composer(cfg: Config, base_dir: str | Path, composer_dir: str | Path
     trained = checkpoint.load(lopd_checkpoint) if Path(lopd_checkpoint).exists() else None
     if trained is not None:
         composer.load_trainable_state(trained.state["method"]["composer"])
-        return composer.eval(), tokenizer, f"LOPD after {trained.state['step']} steps ({lopd_checkpoint})"
+        source = f"LOPD after {trained.state['step']} steps ({repo_relative(lopd_checkpoint)})"
+        return composer.eval(), tokenizer, source
     path = Path(composer_dir) / COMPOSER_FILE
     if not path.exists():
         raise FileNotFoundError(f"{path}: not found (run the cold_start stage)")
     composer.load_trainable_state(torch.load(path, weights_only=True, map_location=device()))
-    return composer.eval(), tokenizer, f"phi_0, the cold start's ({path}): no LOPD checkpoint"
+    return composer.eval(), tokenizer, f"phi_0, the cold start's ({repo_relative(path)}): no LOPD checkpoint"
 
 
 class LatentContextBackend:
