@@ -19,12 +19,13 @@ smoke: setup
 bench: setup
 	python scripts/bench_rollout.py
 
-# Compare experiments in a terminal: `dvc exp show --only-changed` without the hashes of re-run outputs, timings, CI
-# bounds and task counts (all still in the metrics files and in `dvc exp show`).
+# Compare in a terminal, one column per run and a line per param and metric that differs (scripts/compare.py):
+# `make exps` the DVC experiments of this commit, each profile's against its own baseline (it first names the ones
+# DVC named at random after their overrides); `make compare` the pipeline invocations logged to MLflow.
+# ARGS narrows either, e.g. ARGS="--stage train_lopd --metrics beta".
 exps: setup
-	dvc exp show --only-changed --drop '.*/.*|(bank|pool|bank_agentic|pool_agentic|lopd)$$|.*\.(wall_s|sampling_s|n_tasks|n_train_tasks)$$|.*_ci_(low|high)$$' $(ARGS)
+	python scripts/compare.py --dvc $(ARGS)
 
-# Compare pipeline runs without the MLflow UI, e.g. `make compare ARGS="--stage train_lopd --metrics beta"`.
 compare: setup
 	python scripts/compare.py $(ARGS)
 

@@ -22,7 +22,8 @@ PNG_METADATA = {"Software": None}  # no matplotlib version in the file: the same
 
 def history_panels(histories: dict[str, Sequence[dict]]) -> list[tuple[str, str]]:
     """The panels that at least one history has data for, in PANELS order."""
-    return [(key, title) for key, title in PANELS if any(key in h for hist in histories.values() for h in hist)]
+    return [(key, title) for key, title in PANELS
+            if any(h.get(key) is not None for hist in histories.values() for h in hist)]
 
 
 def draw_curves(histories: dict[str, Sequence[dict]], path: Path, title: str) -> None:
@@ -36,7 +37,7 @@ def draw_curves(histories: dict[str, Sequence[dict]], path: Path, title: str) ->
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
     for ax, (key, panel_title) in zip(axes.flat, panels):
         for i, (label, hist) in enumerate(drawn.items()):  # one colour per history in every panel
-            points = sorted((h[X_KEY], h[key]) for h in hist if key in h)
+            points = sorted((h[X_KEY], h[key]) for h in hist if h.get(key) is not None)  # None: not measured
             if points:
                 xs, ys = zip(*points)
                 ax.plot(xs, ys, color=f"C{i % 10}", marker="o" if len(points) < 20 else None, markersize=3,

@@ -126,7 +126,7 @@ def draw_dynamics(histories: dict[str, Sequence[dict]], validations: dict[str, S
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.6), squeeze=False)
     for ax, (panel, data, key) in zip(axes[0], panels):
         for i, (method, points) in enumerate(data.items()):
-            points = sorted((p for p in points if key in p), key=lambda p: p["cumulative_rollouts"])
+            points = sorted((p for p in points if p.get(key) is not None), key=lambda p: p["cumulative_rollouts"])
             if not points:
                 continue
             xs = [p["cumulative_rollouts"] for p in points]

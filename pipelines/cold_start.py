@@ -12,7 +12,7 @@ from lopd.core.tracking import Tracker
 from lopd.latent.cold_start import cold_start
 from lopd.latent.composer import FRAMINGS
 from pipelines.common import (BASE_MODEL_DIR, DOMAIN_ARG, DOMAINS, for_domain, parse_args, record_metrics, stage_name,
-                              training_domain, write_json)
+                              training_domain, write_history)
 
 METRIC_KEYS = ("n_examples", "steps", "nll_examples", "nll_before", "nll_after", "wall_s")
 
@@ -30,7 +30,7 @@ def main() -> None:
         if not PartialState().is_main_process:  # every process trained; process 0 writes
             return
         s = result["summary"]
-        write_json(domain.plots / "cold_start.json", result["history"])
+        write_history(domain.plots / "cold_start.json", result["history"])
         record_metrics(tracker, domain.metrics / "cold_start.json", stage, {k: s[k] for k in METRIC_KEYS})
     if "note" in s:
         print(f"{stage}: {s['note']}")

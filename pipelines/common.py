@@ -19,9 +19,10 @@ from lopd.core import registry
 from lopd.core.checkpoint import MANIFEST, policy_dir
 from lopd.core.config import REPO_ROOT, Config, ConfigError, build_config, load_config
 from lopd.core.domain import Domain
+from lopd.core.experiments import flatten
 from lopd.core.models import check_model_dir
 from lopd.core.progress import quiet_libraries
-from lopd.core.tracking import Tracker, flatten
+from lopd.core.tracking import Tracker
 
 if TYPE_CHECKING:
     from lopd.core.methods import Method
@@ -167,6 +168,18 @@ def write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
+def uniform_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A per-step history with every key in every row (None where a step did not measure it, e.g. a GRPO step whose
+    groups all tied has no PPO ratio): DVC renders a plot only from rows that share their keys."""
+    keys = list(dict.fromkeys(key for row in rows for key in row))
+    return [{key: row.get(key) for key in keys} for row in rows]
+
+
+def write_history(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Write a per-step history (a DVC plot) as a JSON list of `uniform_rows`."""
+    write_json(path, uniform_rows(rows))
+
+
 def write_metrics(path: Path, stage: str, metrics: dict[str, Any]) -> dict[str, float]:
     """Write a stage's DVC metrics file and return what was written, flattened (`envscaler.score`): numbers only,
     possibly in nested sections (None, meaning not measured, is left out), under the stage's name, so every column
@@ -188,7 +201,16 @@ def write_metrics(path: Path, stage: str, metrics: dict[str, Any]) -> dict[str, 
     return flatten(scalars)
 
 
+def recorded_summaries() -> dict[str, dict[str, float]]:
+    """Every stage's recorded summary: stage -> the numbers of its metrics file (metrics/**/*.json), flattened."""
+    return {stage: flatten(numbers) for path in sorted(METRICS_DIR.rglob("*.json"))
+            for stage, numbers in json.loads(path.read_text()).items()}
+
+
 def record_metrics(tracker: Tracker, path: Path, stage: str, metrics: dict[str, Any]) -> None:
-    """Write a stage's metrics file (`write_metrics`) and log the same numbers and the file to its MLflow run."""
-    tracker.log_metrics(write_metrics(path, stage, metrics))
+    """Write a stage's metrics file (`write_metrics`) and log the same numbers and the file to its MLflow run, and the
+    numbers to its invocation's parent run under the stage's name."""
+    summary = write_metrics(path, stage, metrics)
+    tracker.log_metrics(summary)
+    tracker.log_to_parent(summary)
     tracker.log_artifact(path)

@@ -171,7 +171,7 @@ def run(cfg: Config, method: str, model_dir: Callable[[], Path], wrap: Wrap | No
         if not state.is_main_process:
             return
         path = domain.metrics / "eval" / f"{method}.json"
-        write_metrics(path, stage, scores)  # its numbers are logged above, benchmark by benchmark
+        tracker.log_to_parent(write_metrics(path, stage, scores))  # the run has them above, benchmark by benchmark
         tracker.log_artifact(path)
 
 

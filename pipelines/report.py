@@ -2,7 +2,8 @@
 and tex, from the evaluation results files (results/eval/*/*.json, results/agentic/eval/*/*.json): scores with
 95% CIs and paired differences from the per-task scores, behaviour from the summaries; the training curves of every
 method per domain and the paper's Fig. 4 (reports/figures/); all of them, and every table cell as a metric, on one
-MLflow run."""
+MLflow run. The cells also go to the invocation's parent run, with the recorded summaries (metrics/) of the stages DVC
+did not re-run, so that two parents compare whole."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from evaluation.tables import (Estimate, ResultTable, Scores, Table, behaviour_t
 from lopd.core import registry
 from lopd.core.config import REPO_ROOT
 from lopd.core.tracking import Tracker
-from pipelines.common import DOMAINS, parse_args, stage_name
+from pipelines.common import DOMAINS, parse_args, recorded_summaries, stage_name
 
 TABLES_DIR = REPO_ROOT / "reports" / "tables"
 FIGURES_DIR = REPO_ROOT / "reports" / "figures"
@@ -215,8 +216,11 @@ def main() -> None:
                                 f"Training dynamics (paper Fig. 4): {domain} domain, {cfg.profile} profile, "
                                 f"{cfg.model.name}"):
             tracker.log_artifact(figure)
-        tracker.log_metrics({**table_metrics("code", code), **table_metrics("tool_use", tool_use),
-                             **table_metrics("behaviour", behaviour), **table_metrics("evidence", evidence)})
+        cells = {**table_metrics("code", code), **table_metrics("tool_use", tool_use),
+                 **table_metrics("behaviour", behaviour), **table_metrics("evidence", evidence)}
+        tracker.log_metrics(cells)
+        tracker.log_to_parent(cells)
+        tracker.log_cached_stages(recorded_summaries())
     print(files["tool_use_results.md"], files["code_results.md"], files["behavior.md"], files["training_evidence.md"],
           sep="\n")
 

@@ -18,7 +18,7 @@ from lopd.core.distributed import ProcessSplitError
 from lopd.core.loop import MethodInputError, train
 from lopd.core.tracking import Tracker
 from pipelines.common import (BASE_MODEL_DIR, DOMAIN_ARG, DOMAINS, build_method, for_domain, parse_args,
-                              record_metrics, stage_modules, stage_name, training_domain, write_json)
+                              record_metrics, stage_modules, stage_name, training_domain, write_history)
 
 FINAL_VALUES = {"kl_final": "kl_mean", "delta_final": "privilege_margin", "beta_final": "beta_next"}
 """Summary name -> the per-step key whose last value it reports, for the methods that log it (Δ and β: LOPD). The
@@ -61,8 +61,8 @@ def main() -> None:
                    "wall_s": round(time.perf_counter() - start, 1)}
         history_path = domain.plots / "train" / f"{method.name}.json"
         validation_path = domain.plots / "validation" / f"{method.name}.json"
-        write_json(history_path, history)
-        write_json(validation_path, validated)
+        write_history(history_path, history)
+        write_history(validation_path, validated)
         figure = history_path.with_suffix(".png")
         draw_curves({method.name: history + validated}, figure, f"{stage} ({cfg.profile} profile, {source})")
         for path in (history_path, validation_path, figure):

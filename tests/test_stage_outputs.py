@@ -1,9 +1,12 @@
-"""What stages write for DVC: scalar metrics under the stage's name, and the training summary from a history."""
+"""What stages write for DVC: scalar metrics under the stage's name, the training summary from a history, and
+histories every committed plot of which DVC renders."""
 
 import json
+import subprocess
 
 import pytest
 
+from lopd.core.config import REPO_ROOT
 from pipelines.common import write_metrics
 from pipelines.train import train_summary
 
@@ -62,3 +65,28 @@ def test_training_curves_draw_the_panels_the_histories_have(tmp_path):
     assert first[:8] == b"\x89PNG\r\n\x1a\n"
     draw_curves({"GRPO": grpo, "LOPD": lopd, "Vanilla": []}, path, "t")
     assert path.read_bytes() == first  # the same curves give the same file (no version or date in it)
+
+
+def test_a_history_with_steps_that_did_not_measure_a_key_still_draws(tmp_path):
+    from evaluation.figures import draw_curves, history_panels
+    from pipelines.common import uniform_rows
+
+    grpo = uniform_rows([{"step": 1, "cumulative_rollouts": 8, "reward": 0.1},  # every group tied: no PPO ratio
+                         {"step": 2, "cumulative_rollouts": 16, "reward": 0.3, "ratio_mean": 0.5}])
+    assert grpo[0]["ratio_mean"] is None
+    assert [key for key, _ in history_panels({"GRPO": [grpo[0]]})] == ["reward"]
+    draw_curves({"GRPO": grpo}, tmp_path / "curves.png", "t")
+
+
+def test_every_committed_plot_renders_in_dvc(tmp_path):
+    """`dvc plots show` of the repository's plots (offline: it writes HTML that loads Vega from a CDN) warns of no
+    file: DVC reads a history only when all its rows share their keys."""
+    proc = subprocess.run(["dvc", "plots", "show", "-o", str(tmp_path / "html")], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0 and "WARNING" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    rendered = (tmp_path / "html" / "index.html").read_text()
+    for path in sorted((REPO_ROOT / "plots").rglob("*.json")):
+        rows = json.loads(path.read_text())
+        if rows:
+            assert all(set(row) == set(rows[0]) for row in rows), path
+            assert str(path.relative_to(REPO_ROOT)) in rendered, path

@@ -10,8 +10,10 @@ from types import SimpleNamespace
 import pytest
 
 from lopd.core import tracking
-from lopd.core.config import resolve
-from lopd.core.tracking import Terminated, Tracker, flatten, invocation_key, is_dvc_command, run_status
+import yaml
+
+from lopd.core.config import compose, resolve
+from lopd.core.tracking import Terminated, Tracker, invocation_key, is_dvc_command, run_status
 
 _DVC_VARS = ("DVC_STAGE", "DVC_EXP_NAME", "DVC_EXP_BASELINE_REV", "DVC_ROOT")
 
@@ -21,12 +23,24 @@ def _store_uri(tmp_path_factory):
     return f"sqlite:///{tmp_path_factory.mktemp('store') / 'mlflow.db'}"
 
 
+@pytest.fixture(scope="module")
+def smoke_params(tmp_path_factory):
+    """The params.yaml `dvc exp run -S profile=smoke` writes."""
+    return compose("smoke")
+
+
+def write_params(path, params: dict) -> None:
+    path.write_text(yaml.safe_dump(params))
+
+
 @pytest.fixture
-def store(_store_uri, monkeypatch, request):
+def store(_store_uri, smoke_params, monkeypatch, request, tmp_path):
     """A sqlite store shared by this module's tests (its schema is created once, which takes seconds) and an
-    experiment of the test's own; no DVC variables from the environment."""
+    experiment of the test's own; no DVC variables from the environment; the smoke profile's params.yaml."""
     from mlflow.tracking import MlflowClient
 
+    write_params(tmp_path / "params.yaml", smoke_params)
+    monkeypatch.setattr(tracking, "PARAMS_FILE", tmp_path / "params.yaml")
     monkeypatch.setenv("LOPD_MLFLOW_URI", _store_uri)
     for var in _DVC_VARS:
         monkeypatch.delenv(var, raising=False)
@@ -157,12 +171,13 @@ def test_stages_of_one_invocation_share_a_parent_and_another_invocation_gets_its
     parents, children = runs_of(store)
     assert set(parents) == {"exp-a", "exp-b", "dvc repro"}
     a = parents["exp-a"]
-    assert [c.info.run_name for c in children[a.info.run_id]] == ["prepare_model", "train@grpo"]
-    assert [c.info.run_name for c in children[parents["exp-b"].info.run_id]] == ["prepare_model"]
+    assert [c.info.run_name for c in children[a.info.run_id]] == ["prepare_model · exp-a", "train@grpo · exp-a"]
+    assert [c.info.run_name for c in children[parents["exp-b"].info.run_id]] == ["prepare_model · exp-b"]
     assert [c.info.run_name for c in children[parents["dvc repro"].info.run_id]] == ["report"]
     assert all(p.info.status == "FINISHED" for p in parents.values())
     assert a.info.end_time == max(c.info.end_time for c in children[a.info.run_id])
-    assert a.data.params == children[a.info.run_id][0].data.params and a.data.params["profile"] == "smoke"
+    assert a.data.params == {"profile": "smoke"}  # no override: the profile's composition ran
+    assert children[a.info.run_id][0].data.params["model.name"] == "tiny-random"  # a stage has every param
 
     commit = tracking.git_commit()
     for run in [a, *children[a.info.run_id]]:
@@ -174,6 +189,41 @@ def test_stages_of_one_invocation_share_a_parent_and_another_invocation_gets_its
     assert [c.data.tags["dvc.stage"] for c in children[a.info.run_id]] == ["prepare_model", "train@grpo"]
     assert "dvc.experiment" not in parents["dvc repro"].data.tags
     assert not any(k.startswith("system/") for c in children[a.info.run_id] for k in c.data.metrics)
+
+
+def test_an_experiment_dvc_named_at_random_is_named_after_its_overrides(store, monkeypatch, smoke_params, tmp_path):
+    write_params(tracking.PARAMS_FILE, {**smoke_params, "margin": 0.02, "sdpo": {**smoke_params["sdpo"], "ema_rate": 0.1}})
+    in_dvc(monkeypatch, "train_lopd", "mated-cony", baseline="no-such-commit")
+    with Tracker(store.cfg, "train_lopd"):
+        pass
+    in_dvc(monkeypatch, "report", "sedgy-tipi", dvc_pid=99)
+    monkeypatch.setattr(tracking, "baseline_params", lambda rev: smoke_params)  # the baseline commit ran smoke
+    with Tracker(store.cfg, "report"):
+        pass
+    parents, children = runs_of(store)
+    assert set(parents) == {"smoke_margin-0.02_sdpo.ema_rate-0.1", "margin-0.02_sdpo.ema_rate-0.1"}
+    first = parents["smoke_margin-0.02_sdpo.ema_rate-0.1"]
+    assert first.data.params == {"profile": "smoke", "margin": "0.02", "sdpo.ema_rate": "0.1"}
+    assert first.data.tags["dvc.experiment"] == "mated-cony"  # DVC's name stays on record
+    (child,) = children[first.info.run_id]
+    assert child.info.run_name == "train_lopd · smoke_margin-0.02_sdpo.ema_rate-0.1"
+    assert child.data.tags["dvc.stage"] == "train_lopd"
+
+
+def test_the_parent_holds_each_stages_summary_and_the_report_adds_the_cached_ones(store, monkeypatch):
+    in_dvc(monkeypatch, "train_lopd", "exp-m")
+    with Tracker(store.cfg, "train_lopd") as tracker:
+        tracker.log_to_parent({"beta_final": 0.02, "val_reward_final": 0.5})
+    in_dvc(monkeypatch, "report", "exp-m")
+    with Tracker(store.cfg, "report") as tracker:
+        tracker.log_to_parent({"code.LOPD.humaneval_plus": 12.5})
+        tracker.log_cached_stages({"train_lopd": {"beta_final": 0.05}, "eval@grpo-humaneval_plus": {"pass@1": 10.0}})
+    parents, _ = runs_of(store)
+    parent = parents["exp-m"]
+    assert parent.data.metrics == {"train_lopd.beta_final": 0.02, "train_lopd.val_reward_final": 0.5,
+                                   "report.code.LOPD.humaneval_plus": 12.5,
+                                   "eval_at_grpo-humaneval_plus.pass_at_1": 10.0}  # train_lopd ran: its own value
+    assert parent.data.tags[tracking.CACHED_STAGES_TAG] == "eval@grpo-humaneval_plus"
 
 
 def test_a_failing_stage_fails_its_run_and_its_parent(store, monkeypatch):
@@ -306,10 +356,6 @@ def test_mlflow_outage_disables_logging_without_raising(monkeypatch, capsys):
     assert "MLflow logging disabled" in capsys.readouterr().err
 
 
-def test_flatten():
-    assert flatten({"a": {"b": 1, "c": {"d": 2}}, "e": 3}) == {"a.b": 1, "a.c.d": 2, "e": 3}
-
-
 # Stands in for `dvc exp run`: named `dvc`, so the four stages it starts find it as their invocation.
 _DVC = """
 import os, subprocess, sys
@@ -364,7 +410,7 @@ def test_concurrent_stages_on_a_fresh_sqlite_store_lose_no_run_and_make_one_pare
     (parent,) = [r for r in runs if tracking.INVOCATION_TAG in r.data.tags]
     assert parent.info.run_name == "exp-race" and parent.info.status == "FINISHED"
     children = [r for r in runs if r is not parent]
-    assert sorted(r.info.run_name for r in children) == [f"stage{i}" for i in range(4)]
+    assert sorted(r.info.run_name for r in children) == [f"stage{i} · exp-race" for i in range(4)]
     for run in children:
         i = int(run.data.tags["dvc.stage"][-1])
         assert run.data.tags[tracking.PARENT_TAG] == parent.info.run_id

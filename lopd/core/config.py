@@ -796,14 +796,19 @@ def read_yaml(path: Path) -> Any:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not UTF-8 text (byte {err.start})") from None
+    return parse_yaml(text, str(path))
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """Parse YAML text (YAML 1.2 numbers); errors name `source` and the line in one line."""
     try:
         return yaml.load(text, Loader=_Yaml12Loader)
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f":{mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}{where}: not valid YAML ({err.problem or err.context})") from None
+        raise ConfigError(f"{source}{where}: not valid YAML ({err.problem or err.context})") from None
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+        raise ConfigError(f"{source}: not valid YAML ({str(err).splitlines()[0]})") from None
 
 
 def load_config(path: str | Path | None = None) -> Config:

@@ -3,8 +3,13 @@
 Run hierarchy, in the experiment `<prefix>-<profile>`:
 
     parent run: one per pipeline invocation (`dvc repro`, one `dvc exp run`, each experiment `dvc queue start` runs),
-    |           named after the DVC experiment (or `dvc repro`), tagged with the invocation key (`lopd.invocation`)
-    +-- child run: one per stage, named after the DVC stage (`train@grpo`, `eval@lopd-humaneval_plus`, ...)
+    |           named after the DVC experiment (one DVC named at random after the `-S` overrides instead,
+    |           `margin-0.02`; `dvc repro` otherwise), tagged with the invocation key (`lopd.invocation`). Its params
+    |           are the profile and the overrides; its metrics, each stage's summary under the stage's name
+    |           (`train_lopd.beta_final`), so two parents compare in the UI. The report stage adds the recorded
+    |           summaries of the stages DVC did not re-run and names them in the tag `lopd.cached_stages`.
+    +-- child run: one per stage, named after the DVC stage and the parent (`train_lopd · margin-0.02`), with the
+                   stage's name exact in the tag `dvc.stage` and all the params it ran with
 
 DVC runs every stage as its own process, so there is no shared object to hold the parent: the first stage of an
 invocation creates it and later stages find it by its invocation key (`invocation_key`: the DVC experiment name
@@ -32,12 +37,14 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from lopd.core.config import REPO_ROOT, Config, mlflow_uri
+from lopd.core.config import REPO_ROOT, Config, ConfigError, mlflow_uri, parse_yaml, read_yaml
+from lopd.core.experiments import flatten
 from lopd.core.provenance import PACKAGES
 
 OFF = "off"
@@ -51,6 +58,12 @@ EXPERIMENT_KIND = "custom_model_development"
 """The UI's model-training view (runs, params, metrics); without the tag it may open its GenAI (traces) view."""
 REPRO_RUN_NAME = "dvc repro"
 """Name of the parent run of an invocation that is not a DVC experiment."""
+PARAMS_FILE = REPO_ROOT / "params.yaml"
+"""What DVC runs an invocation's stages with (conf/ composed with the profile and the `-S` overrides)."""
+STAGE_TAG = "dvc.stage"
+CACHED_STAGES_TAG = "lopd.cached_stages"
+"""On a parent run: the stages whose summaries the report stage copied from their metrics files (DVC did not re-run
+them in this invocation)."""
 CODE_PATHS = (*PACKAGES, "scripts", "conf", "dvc.yaml", "requirements.txt", "Makefile")
 """What `git.dirty` looks at: the code and its definition. Not params.yaml and dvc.lock (DVC rewrites them and records
 them itself) nor the git-tracked stage outputs (metrics/, plots/, reports/), which every re-run rewrites: otherwise
@@ -89,16 +102,6 @@ def git_dirty() -> str:
     if out is None or out.returncode != 0:
         return "unknown"
     return "true" if out.stdout.strip() else "false"
-
-
-def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            flat.update(flatten(v, f"{prefix}{k}."))
-        else:
-            flat[f"{prefix}{k}"] = v
-    return flat
 
 
 def store_lock(uri: str):
@@ -188,20 +191,48 @@ def process_ancestors() -> list[Ancestor]:
     return ancestors
 
 
-def find_or_create_parent(client, experiment_id: str, key: str, name: str, tags: dict[str, str],
-                          params: dict[str, str]) -> str:
-    """The run id of invocation `key`'s parent run, created (with the invocation's params) by its first stage.
-    Callers hold the store lock, so two stages cannot both create it; should a store without the lock (a server)
-    ever get two, every stage picks the oldest."""
+def find_or_create_parent(client, experiment_id: str, key: str, describe) -> tuple[str, str]:
+    """The run id and name of invocation `key`'s parent run, created by its first stage with the name, tags and
+    params `describe()` returns. Callers hold the store lock, so two stages cannot both create it; should a store
+    without the lock (a server) ever get two, every stage picks the oldest."""
     from mlflow.entities import Param
 
     found = client.search_runs([experiment_id], filter_string=f"tags.`{INVOCATION_TAG}` = '{key}'",
                                order_by=["attributes.start_time ASC"], max_results=1)
     if found:
-        return found[0].info.run_id
+        return found[0].info.run_id, found[0].info.run_name
+    name, tags, params = describe()
     run_id = client.create_run(experiment_id, run_name=name, tags={INVOCATION_TAG: key, **tags}).info.run_id
     client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()])
-    return run_id
+    return run_id, name
+
+
+def describe_invocation(environ: Mapping[str, str], source_tags: dict[str, str]) -> tuple[str, dict, dict]:
+    """Name, tags and params of an invocation's parent run, from the params.yaml DVC runs it with: the profile and
+    the params that differ from the profile's composition (its `-S` overrides). An experiment DVC named at random
+    is named after what it changed instead (`readable_name`: `margin-0.02`)."""
+    from lopd.core.experiments import is_dvc_generated, profile_overrides, readable_name  # Hydra: slow to import
+
+    params = read_yaml(PARAMS_FILE)
+    tags = {**source_tags, **({"dvc.baseline_rev": environ["DVC_EXP_BASELINE_REV"]}
+                              if environ.get("DVC_EXP_BASELINE_REV") else {})}
+    name = environ.get("DVC_EXP_NAME") or REPRO_RUN_NAME
+    if environ.get("DVC_EXP_NAME") and is_dvc_generated(name):
+        name = readable_name(params, baseline_params(environ.get("DVC_EXP_BASELINE_REV", "HEAD"))) or name
+    overrides = profile_overrides(params)
+    return name, tags, {"profile": params["profile"], **{k: str(v)[:500] for k, v in overrides.items()}}
+
+
+def baseline_params(rev: str) -> dict[str, Any] | None:
+    """params.yaml at commit `rev`, None when git or the file cannot tell."""
+    out = _git("show", f"{rev}:params.yaml")
+    if out is None or out.returncode != 0:
+        return None
+    try:
+        params = parse_yaml(out.stdout, f"{rev}:params.yaml")
+    except ConfigError:
+        return None
+    return params if isinstance(params, dict) else None
 
 
 def settle_parent(client, experiment_id: str, parent_id: str) -> None:
@@ -251,6 +282,7 @@ class Tracker:
 
     def __init__(self, cfg: Config, stage: str, *, system_metrics: bool = False):
         self.enabled = True
+        self.stage = stage
         self.run_id: str | None = None
         self.parent_run_id: str | None = None
         self._mlflow = None
@@ -280,8 +312,9 @@ class Tracker:
         env = os.environ
         key = invocation_key(env, process_ancestors(), socket.gethostname())
         source = _source_tags(cfg, env)  # git runs outside the lock: it can take a moment on a big tree
+        self.stage = env.get("DVC_STAGE") or stage
         # the processes that ran the stage (`launch.processes` may say auto); process 0 alone logs
-        tags = {"dvc.stage": env.get("DVC_STAGE") or stage, "lopd.processes": env.get("WORLD_SIZE", "1"), **source}
+        tags = {STAGE_TAG: self.stage, "lopd.processes": env.get("WORLD_SIZE", "1"), **source}
         params = {k: str(v)[:500] for k, v in flatten(cfg.to_dict()).items()}
         if system_metrics:
             _configure_system_metrics(mlflow)
@@ -290,14 +323,14 @@ class Tracker:
             client = mlflow.MlflowClient()
             experiment_id = get_or_create_experiment(mlflow, name, artifacts)
             mlflow.set_experiment(experiment_id=experiment_id)
+            run_name = self.stage
             if key:
-                parent_name = env.get("DVC_EXP_NAME") or REPRO_RUN_NAME
-                parent_tags = {**source, **({"dvc.baseline_rev": env["DVC_EXP_BASELINE_REV"]}
-                                            if env.get("DVC_EXP_BASELINE_REV") else {})}
-                self.parent_run_id = find_or_create_parent(client, experiment_id, key, parent_name, parent_tags,
-                                                           params)
+                self.parent_run_id, parent_name = find_or_create_parent(
+                    client, experiment_id, key, lambda: describe_invocation(env, source))
                 client.update_run(self.parent_run_id, status=RUNNING)
-            run = mlflow.start_run(run_name=tags["dvc.stage"], tags=tags, parent_run_id=self.parent_run_id,
+                if parent_name != REPRO_RUN_NAME:  # a compare view of two experiments' stages tells them apart
+                    run_name = f"{self.stage} · {parent_name}"
+            run = mlflow.start_run(run_name=run_name, tags=tags, parent_run_id=self.parent_run_id,
                                    log_system_metrics=True if system_metrics else None)  # None: MLflow's env default
             mlflow.log_params(params)
         self._mlflow, self._client, self._experiment_id = mlflow, client, experiment_id
@@ -319,9 +352,30 @@ class Tracker:
             fn()
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        numeric = {_METRIC_NAME.sub("_", k.replace("@", "_at_")): float(v) for k, v in metrics.items()
-                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        numeric = _numeric(metrics)
         self._guard(self._locked, lambda: self._mlflow.log_metrics(numeric, step=step))
+
+    def log_to_parent(self, summary: dict[str, float]) -> None:
+        """Log the stage's summary (its metrics file's numbers) to its invocation's parent run, each under the
+        stage's name (`train_lopd.beta_final`); nothing without a parent."""
+        if self.parent_run_id:
+            numeric = _numeric({f"{self.stage}.{k}": v for k, v in summary.items()})
+            self._guard(self._locked, lambda: _log_batch(self._client, self.parent_run_id, numeric))
+
+    def log_cached_stages(self, summaries: dict[str, dict[str, float]]) -> None:
+        """Complete the parent run with the stages DVC did not re-run in this invocation: of `summaries` (stage ->
+        its recorded metrics), those without a child run of the parent go to the parent as `log_to_parent` would
+        log them, and the tag `lopd.cached_stages` names them."""
+        if self.parent_run_id:
+            self._guard(self._locked, lambda: self._log_cached(summaries))
+
+    def _log_cached(self, summaries: dict[str, dict[str, float]]) -> None:
+        children = self._client.search_runs([self._experiment_id], f"tags.`{PARENT_TAG}` = '{self.parent_run_id}'")
+        ran = {c.data.tags.get(STAGE_TAG) for c in children}
+        cached = sorted(set(summaries) - ran)
+        numeric = _numeric({f"{stage}.{k}": v for stage in cached for k, v in summaries[stage].items()})
+        _log_batch(self._client, self.parent_run_id, numeric)
+        self._client.set_tag(self.parent_run_id, CACHED_STAGES_TAG, ", ".join(cached) or "none")
 
     def log_artifact(self, path: str | Path) -> None:
         self._guard(self._locked, lambda: self._mlflow.log_artifact(str(path)))
@@ -360,6 +414,22 @@ class Tracker:
         self.close(run_status(exc))
 
 
+def _numeric(metrics: dict[str, Any]) -> dict[str, float]:
+    """The numbers of `metrics` under names MLflow accepts (it takes no `@`: `eval@x.pass@1` -> `eval_at_x.pass_at_1`)."""
+    return {_METRIC_NAME.sub("_", k.replace("@", "_at_")): float(v) for k, v in metrics.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def _log_batch(client, run_id: str, metrics: dict[str, float]) -> None:
+    """Log `metrics` at step 0, in batches of MLflow's limit (1,000 metrics a request)."""
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    entities = [Metric(k, v, now, 0) for k, v in metrics.items()]
+    for start in range(0, len(entities), 1000):
+        client.log_batch(run_id, metrics=entities[start:start + 1000])
+
+
 def _source_tags(cfg: Config, environ: Mapping[str, str]) -> dict[str, str]:
     """Tags a stage's run and its parent share: what ran, from which code, in which DVC experiment."""
     commit = git_commit()
@@ -377,8 +447,8 @@ def _configure_system_metrics(mlflow) -> None:
     logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
 
 
-def log_to_latest_run(cfg: Config, run_name: str, files: Sequence[str | Path]) -> bool:
-    """Add `files` as artifacts of the newest run named `run_name` in the profile's experiment (the figures script
+def log_to_latest_run(cfg: Config, stage: str, files: Sequence[str | Path]) -> bool:
+    """Add `files` as artifacts of the newest run of DVC stage `stage` in the profile's experiment (the figures script
     adds its figures to the `report` run). False when there is no such run or MLflow is off; an MLflow failure
     warns and returns False: the files on disk are the result."""
     uri = mlflow_uri(cfg)
@@ -392,12 +462,12 @@ def log_to_latest_run(cfg: Config, run_name: str, files: Sequence[str | Path]) -
             client = mlflow.MlflowClient(uri)
             experiment = client.get_experiment_by_name(f"{cfg.tracking.experiment_prefix}-{cfg.profile}")
             runs = [] if experiment is None else client.search_runs(
-                [experiment.experiment_id], f"attributes.run_name = '{_KEY_CHARS.sub('_', run_name)}'",
+                [experiment.experiment_id], f"tags.`{STAGE_TAG}` = '{_KEY_CHARS.sub('_', stage)}'",
                 order_by=["attributes.start_time DESC"], max_results=1)
             for path in files if runs else []:
                 client.log_artifact(runs[0].info.run_id, str(path))
         return bool(runs)
     except Exception as err:  # noqa: BLE001 - an MLflow outage must not lose the figures
-        print(f"warning: MLflow: could not add files to the {run_name!r} run ({type(err).__name__}: {err})",
+        print(f"warning: MLflow: could not add files to the {stage!r} run ({type(err).__name__}: {err})",
               file=sys.stderr)
         return False

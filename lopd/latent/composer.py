@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import warnings
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -144,7 +145,9 @@ class Composer(nn.Module):
             p.requires_grad_(False)
         lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                           target_modules=LORA_TARGETS, bias="none")
-        self.model = get_peft_model(backbone, lora)
+        with warnings.catch_warnings():  # peft reads transformers' deprecated `is_gradient_checkpointing` alias
+            warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+            self.model = get_peft_model(backbone, lora)
         self.adapter_layers = [m for m in self.model.modules() if isinstance(m, BaseTunerLayer)]
         # Encoder and teacher activations are recomputed in the backward pass, layer by layer. transformers
         # checkpoints only in train mode (the backbone has no dropout, so the mode changes nothing else).
