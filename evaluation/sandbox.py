@@ -97,7 +97,7 @@ def isolation_mode() -> str:
             # Model code never runs as root: root without a uid drop could kill every process on
             # the machine (kill(-1)) or write anywhere. A non-root user has nothing to drop to.
             candidates = ["plain"] if os.geteuid() != 0 else (["namespaces"] if _UNSHARE else []) + ["uid"]
-            _mode = "refuse"
+            _mode, failed = "refuse", []
             for mode in candidates:
                 # json: the stdlib must be readable by the throwaway uid, not just already loaded
                 probe = "import json; print(json.dumps(6 * 7))"
@@ -105,8 +105,11 @@ def isolation_mode() -> str:
                 if result.status == "ok" and result.stdout == "42\n":
                     _mode = mode
                     break
-            if _mode != "namespaces":
-                warnings.warn(f"sandbox: namespaces unavailable, isolation mode is {_mode!r}")
+                why = result.detail or (result.stderr.strip().splitlines() or [result.stdout.strip()])[-1]
+                failed.append(f"{mode}: {result.status}{': ' + why[:200] if why else ''}")
+            if _mode != "namespaces":  # say why, so a host that should have them can be fixed
+                warnings.warn(f"sandbox: namespaces unavailable, isolation mode is {_mode!r} "
+                              f"({'; '.join(failed) or 'no unshare binary, or not root'})")
         return _mode
 
 

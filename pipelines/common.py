@@ -95,18 +95,18 @@ def stage_modules(module: str, method: str | None = None, domain: str | None = N
             *([registry.METHODS[method].factory.split(":")[0]] if method else [])]
 
 
-def stage_name(stage: str, domain: str = "code", method: str | None = None, benchmark: str | None = None) -> str:
+def stage_name(stage: str, domain: str = "code", method: str | None = None) -> str:
     """The name of the DVC stage a CLI run stands for (its MLflow run name and its metrics' namespace), as in
     dvc.yaml: `build_bank`, `train@grpo`, `train_lopd` (a non-baseline method trains in its own stage),
-    `train_agentic@grpo`, `eval@grpo-humaneval_plus`, `eval_agentic@grpo`, `eval_base_composer@humaneval_plus`."""
+    `train_agentic@grpo`, `eval@grpo`, `eval_agentic@grpo`, `eval_base_composer`."""
     suffix = "" if domain == "code" else f"_{domain}"
     if method is None:
         return f"{stage}{suffix}"
-    if method in registry.EVALUATION_ROWS:  # not a method: its own stages, one per benchmark in the code domain
-        return f"{stage}{suffix}_{method}" + (f"@{benchmark}" if benchmark else "")
+    if method in registry.EVALUATION_ROWS:  # not a method: its own stage per domain
+        return f"{stage}{suffix}_{method}"
     if stage == "train" and not registry.METHODS[method].baseline:
         return f"train_{method}{suffix}"
-    return f"{stage}{suffix}@{method}" + (f"-{benchmark}" if benchmark else "")
+    return f"{stage}{suffix}@{method}"
 
 
 def trained_policy(domain: str, method: str) -> Path:

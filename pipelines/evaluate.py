@@ -1,12 +1,13 @@
-"""Stage `eval@<method>-<benchmark>`: sample from a trained policy and score it with the benchmark's own rules. Writes
-pass@1 with its 95% CI (metrics), and every completion with its verdicts and the full summary (results).
+"""Stage `eval@<method>`: sample from a trained policy on every code benchmark (`benchmarks`, one model load) and score
+it with each benchmark's own rules. Writes pass@1 with its 95% CI per benchmark (metrics/eval/<method>.json), and
+every completion with its verdicts and the full summary (results/eval/<method>/<benchmark>.json).
 
 HumanEval+ / MBPP+ follow EvalPlus' own chat protocol (its HF and vLLM providers): the assistant turn is prefilled
 with the response prefix and an opened python fence, generation stops at EvalPlus' stop strings (the closing fence
 among them), and the text scored is the output cut there: scores comparable with EvalPlus' own runs, and no tokens
 spent on the explanation or demo code an instruct model may write after its code. LiveCodeBench v5/v6 follow its
 own prompt (evaluation/livecodebench.py), the last fenced block is run on every public and private test in the
-sandbox; without a release file those stages report n/a, naming where they looked."""
+sandbox; without a release file those benchmarks report n/a, naming where they looked."""
 
 from __future__ import annotations
 
@@ -35,7 +36,6 @@ METRICS = {"pass@1": "pass@1_plus", "pass@1_ci_low": "pass@1_plus_ci_low", "pass
 percent). Timings, token counts and the base tests' CI are in the results file."""
 PROTOCOL = "evalplus-chat (response prefix + stop \\n```\\n and evalplus' EOS strings)"
 """Recorded in the summary: how EvalPlus completions were sampled (module docstring)."""
-BENCHMARKS = (*livecodebench.BENCHMARKS, *evalplus_bench.BENCHMARKS)
 LCB_PROTOCOL = "livecodebench-chat (its system prompt and format instructions; the last fenced code block is scored)"
 
 
@@ -89,70 +89,90 @@ summary)."""
 
 
 def main() -> None:
-    args, cfg = parse_args(__doc__, method={"required": True}, benchmark={"required": True, "choices": BENCHMARKS})
-    run(cfg, args.method, args.benchmark, lambda: trained_policy("code", args.method))
+    args, cfg = parse_args(__doc__, method={"required": True})
+    run(cfg, args.method, lambda: trained_policy("code", args.method))
 
 
-def run(cfg: Config, method: str, benchmark: str, model_dir: Callable[[], Path], wrap: Wrap | None = None) -> None:
-    """Evaluate `model_dir()` (called inside the stage's MLflow run, so a missing model fails it) on `benchmark` as
-    the results of `method`; `wrap` changes the backend (prompt embeddings are then turned on). Without the
-    benchmark's data (LiveCodeBench), the results and metrics say n/a and no model is loaded."""
-    stage = stage_name("eval", "code", method, benchmark)
+def run(cfg: Config, method: str, model_dir: Callable[[], Path], wrap: Wrap | None = None) -> None:
+    """Evaluate `model_dir()` (called inside the stage's MLflow run, so a missing model fails it) on every benchmark
+    of `cfg.benchmarks`, with one model load, as the results of `method`; `wrap` changes the backend (prompt
+    embeddings are then turned on). A benchmark without its data (LiveCodeBench) says n/a in its results and
+    metrics; without data for any, no model is loaded."""
+    stage = stage_name("eval", "code", method)
     domain = DOMAINS["code"]
-    results_path = domain.results / "eval" / method / f"{benchmark}.json"
-    metrics_path = domain.metrics / "eval" / method / f"{benchmark}.json"
     device()  # the process state: this process's rank among the launched ones
     state = PartialState()
     with Tracker(cfg, stage) as tracker:
-        try:
-            bench = code_benchmark(cfg, benchmark)
-        except NotAvailable as err:
-            if not state.is_main_process:
-                return
-            summary = {"benchmark": benchmark, "method": method, "profile": cfg.profile, "note": str(err), "n_tasks": 0}
-            write_json(results_path, {"summary": summary, "per_task": {}})
-            record_metrics(tracker, metrics_path, stage, {"n_tasks": 0})
-            print(f"{method} on {benchmark}: {err}")
-            return
-        except (OSError, ValueError) as err:
-            sys.exit(f"error: {stage}: {err}")
-        model_dir = model_dir()
-        tokenizer = load_tokenizer(model_dir)
-        backend = make_backend(model_dir, tokenizer, cfg, cfg.eval.batch_size, prompt_embeds=wrap is not None)
-        context: dict[str, Any] = {}
-        if wrap is not None:
-            backend, context = wrap(backend, tokenizer, bench.messages, bench.continue_final)
-        task_ids = [tid for tid in bench.messages for _ in range(cfg.eval.n_samples)]
-        task_prompts = {tid: encode_prompt(tokenizer, m, continue_final=bench.continue_final)
-                        for tid, m in bench.messages.items()}
-        prompts = [task_prompts[tid] for tid in task_ids]
-        params = dataclasses.replace(sampling_params(cfg, cfg.eval.max_new_tokens), stop=bench.stop)
-        start = time.perf_counter()
-        share = process_share(len(prompts))  # each process samples its own share; process 0 scores and writes
-        mine = backend.generate([prompts[i] for i in share], params, seed=process_seed(cfg.seed, state.process_index))
-        outputs = gather_shares(mine, len(prompts))
-        sampling_s = time.perf_counter() - start  # to the slowest process's end
-        if not state.is_main_process:
-            return
-        completions: dict[str, list[str]] = {tid: [] for tid in bench.messages}
-        for tid, out in zip(task_ids, outputs):
-            completions[tid].append(bench.keep(tokenizer.decode(out.token_ids, skip_special_tokens=True)))
-        start = time.perf_counter()
-        scored = bench.score(completions)
-        scoring_s = time.perf_counter() - start
-        summary = {k: v for k, v in scored.items() if k != "per_task"}
-        per_task_context = context.pop("per_task", {})
-        summary.update({"benchmark": benchmark, "method": method, **context, "profile": cfg.profile, "seed": cfg.seed,
-                        "protocol": bench.protocol, "task_limit": cfg.eval.task_limit,
-                        "max_new_tokens": cfg.eval.max_new_tokens,
-                        "generated_tokens": sum(len(o.token_ids) for o in outputs),
-                        "sampling_s": round(sampling_s, 1), "scoring_s": round(scoring_s, 1)})
-        write_json(results_path, {"summary": summary, "per_task": {
-            tid: {**scored["per_task"][tid], "completions": completions[tid], **per_task_context.get(tid, {})}
-            for tid in bench.messages}})
-        tracker.log_metrics({k: summary[k] for k in ("generated_tokens", "sampling_s", "scoring_s")})
-        record_metrics(tracker, metrics_path, stage, {name: summary[key] for name, key in METRICS.items()})
-    print(f"{method} on {benchmark}: pass@1 {summary['pass@1_plus']:.2f} (base {summary['pass@1_base']:.2f})")
+        benchmarks: dict[str, CodeBenchmark | NotAvailable] = {}
+        for benchmark in cfg.benchmarks:
+            try:
+                benchmarks[benchmark] = code_benchmark(cfg, benchmark)
+            except NotAvailable as err:
+                benchmarks[benchmark] = err
+            except (OSError, ValueError) as err:
+                sys.exit(f"error: {stage}: {benchmark}: {err}")
+        backend = tokenizer = None
+        if any(isinstance(bench, CodeBenchmark) for bench in benchmarks.values()):
+            policy = model_dir()
+            tokenizer = load_tokenizer(policy)
+            backend = make_backend(policy, tokenizer, cfg, cfg.eval.batch_size, prompt_embeds=wrap is not None)
+        scores = {}
+        for benchmark, bench in benchmarks.items():
+            if isinstance(bench, NotAvailable):
+                summary = {"benchmark": benchmark, "method": method, "profile": cfg.profile, "note": str(bench),
+                           "n_tasks": 0}
+                result = {"summary": summary, "per_task": {}}
+            else:
+                result = evaluate(cfg, method, benchmark, bench, backend, tokenizer, wrap, state)
+                if result is None:  # not the main process: process 0 scores and writes
+                    continue
+                summary = result["summary"]
+                tracker.log_metrics({f"{benchmark}.{k}": summary[k]
+                                     for k in ("generated_tokens", "sampling_s", "scoring_s")})
+            write_json(domain.results / "eval" / method / f"{benchmark}.json", result)
+            scores[benchmark] = {name: summary[key] for name, key in METRICS.items() if key in summary}
+            print(f"{method} on {benchmark}: " + (summary["note"] if "note" in summary else
+                                                  f"pass@1 {summary['pass@1_plus']:.2f} "
+                                                  f"(base {summary['pass@1_base']:.2f})"), flush=True)
+        if state.is_main_process:
+            record_metrics(tracker, domain.metrics / "eval" / f"{method}.json", stage, scores)
+
+
+def evaluate(cfg: Config, method: str, benchmark: str, bench: CodeBenchmark, backend: RolloutBackend, tokenizer,
+             wrap: Wrap | None, state: PartialState) -> dict[str, Any] | None:
+    """Sample `bench`'s tasks (each process its share), score them on process 0 and return the results file's
+    content (summary and per-task verdicts and completions); None on the other processes."""
+    context: dict[str, Any] = {}
+    if wrap is not None:
+        backend, context = wrap(backend, tokenizer, bench.messages, bench.continue_final)
+    task_ids = [tid for tid in bench.messages for _ in range(cfg.eval.n_samples)]
+    task_prompts = {tid: encode_prompt(tokenizer, m, continue_final=bench.continue_final)
+                    for tid, m in bench.messages.items()}
+    prompts = [task_prompts[tid] for tid in task_ids]
+    params = dataclasses.replace(sampling_params(cfg, cfg.eval.max_new_tokens), stop=bench.stop)
+    start = time.perf_counter()
+    share = process_share(len(prompts))
+    mine = backend.generate([prompts[i] for i in share], params, seed=process_seed(cfg.seed, state.process_index))
+    outputs = gather_shares(mine, len(prompts))
+    sampling_s = time.perf_counter() - start  # to the slowest process's end
+    if not state.is_main_process:
+        return None
+    completions: dict[str, list[str]] = {tid: [] for tid in bench.messages}
+    for tid, out in zip(task_ids, outputs):
+        completions[tid].append(bench.keep(tokenizer.decode(out.token_ids, skip_special_tokens=True)))
+    start = time.perf_counter()
+    scored = bench.score(completions)
+    scoring_s = time.perf_counter() - start
+    summary = {k: v for k, v in scored.items() if k != "per_task"}
+    per_task_context = context.pop("per_task", {})
+    summary.update({"benchmark": benchmark, "method": method, **context, "profile": cfg.profile, "seed": cfg.seed,
+                    "protocol": bench.protocol, "task_limit": cfg.eval.task_limit,
+                    "max_new_tokens": cfg.eval.max_new_tokens,
+                    "generated_tokens": sum(len(o.token_ids) for o in outputs),
+                    "sampling_s": round(sampling_s, 1), "scoring_s": round(scoring_s, 1)})
+    return {"summary": summary, "per_task": {
+        tid: {**scored["per_task"][tid], "completions": completions[tid], **per_task_context.get(tid, {})}
+        for tid in bench.messages}}
 
 
 if __name__ == "__main__":

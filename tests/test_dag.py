@@ -51,8 +51,7 @@ def test_every_stage_depends_on_exactly_the_code_it_imports():
 @pytest.mark.parametrize("touched, marked", [
     # an LOPD-only file marks only the LOPD branch
     ("lopd/latent/composer.py", {"cold_start", "train_lopd", "cold_start_agentic", "train_lopd_agentic", "latent_decode",
-                                 "eval_agentic_base_composer"}
-     | {name for name, _, _ in STAGES if name.startswith("eval_base_composer@")}),
+                                 "eval_base_composer", "eval_agentic_base_composer"}),
     # one baseline's file marks only that baseline's training
     ("baselines/sdpo.py", {"train@sdpo", "train_agentic@sdpo"}),
     # the loop marks every training stage, and nothing that does not train
@@ -101,4 +100,4 @@ def test_every_stage_names_itself_as_dvc_does():
         domain = "agentic" if module.startswith("evaluate_agentic") else option("--domain") or "code"
         method = "base_composer" if module.endswith("_base_composer") else option("--method")
         kind = "eval" if module.startswith("evaluate") else module
-        assert stage_name(kind, domain, method, option("--benchmark")) == name
+        assert stage_name(kind, domain, method) == name

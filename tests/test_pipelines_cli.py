@@ -99,13 +99,12 @@ def test_a_missing_base_model_is_a_one_line_error_in_every_stage_that_reads_it(t
     assert _error(proc) == f"error: cold_start: {expected}"
     # vanilla's checkpoint is the base model itself: evaluating it must say so before loading anything
     assert _run_isolated("pipelines.train", root, "--params", str(params), "--method", "vanilla").returncode == 0
-    proc = _run_isolated("pipelines.evaluate", root, "--params", str(params), "--method", "vanilla",
-                         "--benchmark", "humaneval_plus")
+    proc = _run_isolated("pipelines.evaluate", root, "--params", str(params), "--method", "vanilla")
     assert _error(proc) == f"error: {expected}"
 
 
 @pytest.mark.parametrize("module, args, checkpoint, stage", [
-    ("pipelines.evaluate", ["--benchmark", "humaneval_plus"], "code/checkpoints/grpo", "train@grpo"),
+    ("pipelines.evaluate", [], "code/checkpoints/grpo", "train@grpo"),
     ("pipelines.evaluate_agentic", [], "agentic/checkpoints/grpo", "train_agentic@grpo"),
 ])
 def test_a_missing_checkpoint_is_a_one_line_error_naming_it_and_its_stage(tmp_path, module, args, checkpoint, stage):
@@ -131,23 +130,21 @@ def test_livecodebench_without_a_release_is_n_a_naming_the_path_and_with_one_it_
     from test_livecodebench import CALL, STDIN, _write
 
     root = tmp_path / "root"
-    params = _params(tmp_path, "data.livecodebench_path=nowhere/lcb")
-    # no base model either: an n/a evaluation loads nothing
-    proc = _run_isolated("pipelines.evaluate", root, "--params", str(params), "--method", "vanilla",
-                         "--benchmark", "lcb_v5")
+    params = _params(tmp_path, "data.livecodebench_path=nowhere/lcb", "benchmarks=[lcb_v5,lcb_v6]")
+    # no base model either: an evaluation with no benchmark's data loads nothing
+    proc = _run_isolated("pipelines.evaluate", root, "--params", str(params), "--method", "vanilla")
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((root / "code" / "results" / "eval" / "vanilla" / "lcb_v5.json").read_text())["summary"]
     assert summary["n_tasks"] == 0 and summary["note"].startswith("n/a: no LiveCodeBench release at nowhere/lcb")
-    metrics = json.loads((root / "code" / "metrics" / "eval" / "vanilla" / "lcb_v5.json").read_text())
-    assert metrics == {"eval@vanilla-lcb_v5": {"n_tasks": 0}}
+    metrics = json.loads((root / "code" / "metrics" / "eval" / "vanilla.json").read_text())
+    assert metrics == {"eval@vanilla": {"lcb_v5": {"n_tasks": 0}, "lcb_v6": {"n_tasks": 0}}}
 
     release = _write(tmp_path / "test6.jsonl", [STDIN, CALL])
-    params = _params(tmp_path, f"data.livecodebench_path={release}")
+    params = _params(tmp_path, f"data.livecodebench_path={release}", "benchmarks=[lcb_v6]")
     (root / "models").mkdir(parents=True)
     (root / "models" / "base").symlink_to(tiny_model_dir)
     assert _run_isolated("pipelines.train", root, "--params", str(params), "--method", "vanilla").returncode == 0
-    proc = _run_isolated("pipelines.evaluate", root, "--params", str(params), "--method", "vanilla",
-                         "--benchmark", "lcb_v6")
+    proc = _run_isolated("pipelines.evaluate", root, "--params", str(params), "--method", "vanilla")
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads((root / "code" / "results" / "eval" / "vanilla" / "lcb_v6.json").read_text())
     assert list(result["per_task"]) == ["leet-1"] and result["summary"]["n_tasks"] == 1  # only v6's window

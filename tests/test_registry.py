@@ -76,7 +76,7 @@ def test_the_dvc_matrix_reads_the_registered_names(toy, tmp_path):
     subprocess.run([dvc, "init", "--no-scm", "-q"], cwd=tmp_path, check=True)
     listed = subprocess.run([dvc, "stage", "list", "--name-only"], cwd=tmp_path, check=True, capture_output=True,
                             text=True).stdout.split()
-    assert {"train@toy", "train_agentic@toy", "eval@toy-humaneval_plus", "eval_agentic@toy"} <= set(listed)
+    assert {"train@toy", "train_agentic@toy", "eval@toy", "eval_agentic@toy"} <= set(listed)
 
 
 def test_unregistered_names_are_refused():

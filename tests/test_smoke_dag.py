@@ -31,11 +31,11 @@ IGNORE = shutil.ignore_patterns(".venv", ".git", "models", "checkpoints", "bank"
 # profile=smoke` itself runs all seven methods on both benchmarks.
 BASELINES = ["sdpo"]
 ROWS = ["SDPO", "LOPD"]
-BASE_COMPOSER = {"eval_base_composer@humaneval_plus", "eval_agentic_base_composer"}
+BASE_COMPOSER = {"eval_base_composer", "eval_agentic_base_composer"}
 """Table 3's Base + Composer: the base model with LOPD's composer, so on the LOPD branch."""
-LOPD_BRANCH = {"train_lopd", "eval@lopd-humaneval_plus", "train_lopd_agentic",
+LOPD_BRANCH = {"train_lopd", "eval@lopd", "train_lopd_agentic",
                "eval_agentic@lopd", "latent_decode", *BASE_COMPOSER, "report"}
-SDPO_BRANCH = {"train@sdpo", "eval@sdpo-humaneval_plus", "train_agentic@sdpo",
+SDPO_BRANCH = {"train@sdpo", "eval@sdpo", "train_agentic@sdpo",
                "eval_agentic@sdpo", "report"}
 MARGIN_EXP = "fig3-m_0.02"  # named as scripts/sweep.py names Fig. 3's m = 0.02 point, so the figure collects it
 SWEEP = {MARGIN_EXP: (["-S", "margin=0.02"], LOPD_BRANCH), "sdpo-ema-01": (["-S", "sdpo.ema_rate=0.1"], SDPO_BRANCH)}
@@ -149,19 +149,34 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     assert [ran[name]["params"]["params.yaml"]["data"]["margin"] for name in SWEEP] == [0.02, 0.05]
     beta = {name: ran[name]["metrics"]["metrics/train/lopd.json"]["data"]["train_lopd"]["beta_final"] for name in SWEEP}
     assert beta[MARGIN_EXP] != beta["sdpo-ema-01"], beta  # the margin changes the dual variable's path
-    # `make exps` (dvc exp show --only-changed, minus hashes, timings and CI bounds) fits a 200-column terminal
-    drop = re.search(r"--drop '([^']+)'", (repo / "Makefile").read_text()).group(1).replace("$$", "$")
-    view = _run(["dvc", "exp", "show", "--only-changed", "--no-pager", "--drop", drop], repo, {**env, "COLUMNS": "200"})
-    assert "…" not in view and {"train_lopd.beta_final", "margin", "sdpo.ema_rate"} <= set(view.split()), view
+    # `make exps`: both experiments against the committed run of their profile, in a 200-column terminal
+    view = _run([sys.executable, "scripts/compare.py", "--dvc"], repo, {**env, "COLUMNS": "200"})
+    lines = {line.split()[0]: line.split()[1:] for line in view.splitlines() if line.strip()}
+    assert max(len(line) for line in view.splitlines()) <= 200 and "profile smoke: against" in view, view
+    column = {name: i for i, name in enumerate(lines["run"])}
+    assert set(column) - {lines["run"][0]} == set(SWEEP), view  # the committed run leads
+    assert [lines["margin"][column[n]] for n in (lines["run"][0], *SWEEP)] == ["0.05", "0.02", "0.05"], view
+    assert [lines["sdpo.ema_rate"][column[n]] for n in (lines["run"][0], *SWEEP)] == ["0.05", "0.05", "0.1"], view
+    assert "train_lopd.beta_final" in lines and not any(key.endswith("wall_s") for key in lines), view
+    # MLflow: each experiment is one parent run with the params it changed and every stage's summary (the cached
+    # ones from the report); its children carry the experiment's name and the exact stage
     client = mlflow.MlflowClient(f"sqlite:///{store}")
     runs = client.search_runs([client.get_experiment_by_name("lopd-suite-smoke").experiment_id])
     parents = {r.info.run_name: r for r in runs if "mlflow.parentRunId" not in r.data.tags}
     assert set(parents) == set(SWEEP) and all(r.info.status == "FINISHED" for r in parents.values()), parents
+    assert parents[MARGIN_EXP].data.params["margin"] == "0.02" and parents[MARGIN_EXP].data.params["profile"] == "smoke"
+    stages = set(_run(["dvc", "stage", "list", "--name-only"], repo, env).split())
     for name, (_, branch) in SWEEP.items():
         children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[name].info.run_id]
-        assert {r.info.run_name for r in children} == branch
-        assert all(r.data.tags["dvc.experiment"] == name and r.data.tags["dvc.stage"] == r.info.run_name
+        assert {r.data.tags["dvc.stage"] for r in children} == branch
+        assert all(r.data.tags["dvc.experiment"] == name and r.info.run_name == f"{r.data.tags['dvc.stage']} · {name}"
                    for r in children)
+        summarised = {key.split(".")[0].replace("_at_", "@") for key in parents[name].data.metrics}
+        assert summarised == stages, stages ^ summarised
+        cached = set(parents[name].data.tags["lopd.cached_stages"].split(", "))
+        assert cached == stages - branch, cached
+    margin_parent = parents[MARGIN_EXP].data.metrics
+    assert margin_parent["train_lopd.beta_final"] == beta[MARGIN_EXP], margin_parent
     # the figures script collects the experiment as Fig. 3's m = 0.02 point, names the points not run yet, and adds
     # the files to the newest `report` run, which has Fig. 4 already
     drawn = _run([sys.executable, "scripts/sweep.py", "draw", "fig3"], repo,
@@ -174,7 +189,7 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     assert float(point["value"]) == lopd_metrics["val_reward_final"] and int(point["n"]) == lopd_metrics["val_n"]
     for name in ("fig3.png", "fig3.pdf"):
         assert (repo / "reports" / "figures" / name).stat().st_size > 0, name
-    report = client.search_runs([runs[0].info.experiment_id], "attributes.run_name = 'report'",
+    report = client.search_runs([runs[0].info.experiment_id], "tags.`dvc.stage` = 'report'",
                                 order_by=["attributes.start_time DESC"], max_results=1)[0]
     assert {"fig3.png", "fig4.png", "fig4.csv"} <= {a.path for a in client.list_artifacts(report.info.run_id)}
 
@@ -212,8 +227,8 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     # tasks a step: the smoke profile's one cannot be shared). The bank's and the cold start's splits run in
     # tests/test_multiprocess.py, a one-process stage's note in tests/test_launch.py: each stage costs ~20 s here.
     store = tmp_path / "mlflow-two-processes.db"
-    split = ["train_lopd", "eval@lopd-humaneval_plus", "eval_agentic@sdpo"]
-    proc = subprocess.run(["dvc", "exp", "run", "-s", "-n", "two-processes", *smoke, "-S", "agentic.rollouts_per_step=8",
+    split = ["train_lopd", "eval@lopd", "eval_agentic@sdpo"]
+    proc = subprocess.run(["dvc", "exp", "run", "-s", *smoke, "-S", "agentic.rollouts_per_step=8",
                            "-S", "launch.processes=2", *split], cwd=repo,
                           env={**env, "LOPD_MLFLOW_URI": f"sqlite:///{store}"}, capture_output=True, text=True,
                           timeout=1500)
@@ -229,10 +244,17 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     assert list(lopd) == ["train_lopd"] and lopd["train_lopd"]["rollouts"] == 2 * 8
     client = mlflow.MlflowClient(f"sqlite:///{store}")
     runs = client.search_runs([client.get_experiment_by_name("lopd-suite-smoke").experiment_id])
-    children = sorted(r.info.run_name for r in runs if "mlflow.parentRunId" in r.data.tags)
-    assert children == sorted(split), children  # one run a stage, not one a process
-    assert all(r.data.params["launch.processes"] == "2" for r in runs)
-    assert {r.data.tags["lopd.processes"] for r in runs if r.info.run_name in split} == {"2"}
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert sorted(r.data.tags["dvc.stage"] for r in children) == sorted(split)  # one run a stage, not one a process
+    assert all(r.data.params["launch.processes"] == "2" for r in children)
+    assert {r.data.tags["lopd.processes"] for r in children} == {"2"}
+    # run unnamed, it is named after what it changed: in MLflow at once, and in DVC by `make exps`
+    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    readable = "agentic.rollouts_per_step-8_launch.processes-2"
+    assert parent.info.run_name == readable and parent.data.params["launch.processes"] == "2", parent.info.run_name
+    renamed = _run([sys.executable, "scripts/compare.py", "--dvc"], repo, env)
+    assert re.search(rf"renamed experiment [a-z]{{5}}-[a-z]{{4}} -> {readable}", renamed), renamed
+    assert readable in _run(["dvc", "exp", "list", "--name-only"], repo, env).split()
 
 
 def _leaves(section):

@@ -217,13 +217,13 @@ def test_the_parent_holds_each_stages_summary_and_the_report_adds_the_cached_one
     in_dvc(monkeypatch, "report", "exp-m")
     with Tracker(store.cfg, "report") as tracker:
         tracker.log_to_parent({"code.LOPD.humaneval_plus": 12.5})
-        tracker.log_cached_stages({"train_lopd": {"beta_final": 0.05}, "eval@grpo-humaneval_plus": {"pass@1": 10.0}})
+        tracker.log_cached_stages({"train_lopd": {"beta_final": 0.05}, "eval@grpo": {"pass@1": 10.0}})
     parents, _ = runs_of(store)
     parent = parents["exp-m"]
     assert parent.data.metrics == {"train_lopd.beta_final": 0.02, "train_lopd.val_reward_final": 0.5,
                                    "report.code.LOPD.humaneval_plus": 12.5,
-                                   "eval_at_grpo-humaneval_plus.pass_at_1": 10.0}  # train_lopd ran: its own value
-    assert parent.data.tags[tracking.CACHED_STAGES_TAG] == "eval@grpo-humaneval_plus"
+                                   "eval_at_grpo.pass_at_1": 10.0}  # train_lopd ran: its own value
+    assert parent.data.tags[tracking.CACHED_STAGES_TAG] == "eval@grpo"
 
 
 def test_a_failing_stage_fails_its_run_and_its_parent(store, monkeypatch):

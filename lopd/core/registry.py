@@ -48,7 +48,7 @@ METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in (  # the paper's t
 
 EVALUATION_ROWS = {"base_composer": "Base + Composer"}
 """Evaluated configurations that are no trained method, with their row labels: the base model read with LOPD's
-latent context at inference (paper Table 3; `lopd.latent.context`, stages eval_base_composer@<benchmark> and
+latent context at inference (paper Table 3; `lopd.latent.context`, stages eval_base_composer and
 eval_agentic_base_composer)."""
 
 

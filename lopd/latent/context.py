@@ -26,7 +26,7 @@ from lopd.latent.composer import Composer, compose, teacher_prompt_ids
 from lopd.latent.retrieval import Retriever, TextEmbedder, load_bank, query_text
 
 BASE_COMPOSER = "base_composer"
-"""The evaluation's name for the base model with latent context (results/…/base_composer/, eval@base_composer-…)."""
+"""The evaluation's name for the base model with latent context (results/…/base_composer/, eval_base_composer)."""
 
 
 def trained_composer(cfg: Config, base_dir: str | Path, composer_dir: str | Path,
