@@ -28,6 +28,7 @@ from typing import Any
 
 from evaluation.coding.taco import CodingTask, TestReport, run_tests
 from evaluation.sandbox import SandboxLimits
+from lopd.core.config import repo_relative
 from lopd.core.jsonl import read_jsonl_objects
 
 BENCHMARKS = ("lcb_v5", "lcb_v6")
@@ -140,8 +141,8 @@ def load_problems(path: str | Path, window: tuple[date, date]) -> list[Problem]:
     path = Path(path)
     files = sorted(path.glob("test*.jsonl")) if path.is_dir() else [path] if path.is_file() else []
     if not files:
-        raise FileNotFoundError(f"LiveCodeBench: no release file at {path} (a code_generation_lite test*.jsonl, "
-                                "or a folder of them)")
+        raise FileNotFoundError(f"LiveCodeBench: no release file at {repo_relative(path)} (a code_generation_lite "
+                                "test*.jsonl, or a folder of them)")
     start, end = window
     problems = []
     for file in files:

@@ -50,8 +50,8 @@ def test_every_stage_depends_on_exactly_the_code_it_imports():
 
 @pytest.mark.parametrize("touched, marked", [
     # an LOPD-only file marks only the LOPD branch
-    ("lopd/latent/composer.py", {"cold_start", "train_lopd", "cold_start_agentic", "train_lopd_agentic", "latent_decode",
-                                 "eval_base_composer", "eval_agentic_base_composer"}),
+    ("lopd/latent/composer.py", {"cold_start", "train_lopd", "cold_start_agentic", "train_lopd_agentic",
+                                 "latent_decode", "eval_base_composer", "eval_agentic_base_composer"}),
     # one baseline's file marks only that baseline's training
     ("baselines/sdpo.py", {"train@sdpo", "train_agentic@sdpo"}),
     # the loop marks every training stage, and nothing that does not train

@@ -192,7 +192,8 @@ def test_stages_of_one_invocation_share_a_parent_and_another_invocation_gets_its
 
 
 def test_an_experiment_dvc_named_at_random_is_named_after_its_overrides(store, monkeypatch, smoke_params, tmp_path):
-    write_params(tracking.PARAMS_FILE, {**smoke_params, "margin": 0.02, "sdpo": {**smoke_params["sdpo"], "ema_rate": 0.1}})
+    sdpo = {**smoke_params["sdpo"], "ema_rate": 0.1}
+    write_params(tracking.PARAMS_FILE, {**smoke_params, "margin": 0.02, "sdpo": sdpo})
     in_dvc(monkeypatch, "train_lopd", "mated-cony", baseline="no-such-commit")
     with Tracker(store.cfg, "train_lopd"):
         pass

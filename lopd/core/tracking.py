@@ -44,7 +44,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from lopd.core.config import REPO_ROOT, Config, ConfigError, mlflow_uri, parse_yaml, read_yaml
-from lopd.core.experiments import flatten
+from lopd.core.experiments import flatten, is_dvc_generated, profile_overrides, readable_name
 from lopd.core.provenance import PACKAGES
 
 OFF = "off"
@@ -211,8 +211,6 @@ def describe_invocation(environ: Mapping[str, str], source_tags: dict[str, str])
     """Name, tags and params of an invocation's parent run, from the params.yaml DVC runs it with: the profile and
     the params that differ from the profile's composition (its `-S` overrides). An experiment DVC named at random
     is named after what it changed instead (`readable_name`: `margin-0.02`)."""
-    from lopd.core.experiments import is_dvc_generated, profile_overrides, readable_name  # Hydra: slow to import
-
     params = read_yaml(PARAMS_FILE)
     tags = {**source_tags, **({"dvc.baseline_rev": environ["DVC_EXP_BASELINE_REV"]}
                               if environ.get("DVC_EXP_BASELINE_REV") else {})}
@@ -415,7 +413,7 @@ class Tracker:
 
 
 def _numeric(metrics: dict[str, Any]) -> dict[str, float]:
-    """The numbers of `metrics` under names MLflow accepts (it takes no `@`: `eval@x.pass@1` -> `eval_at_x.pass_at_1`)."""
+    """The numbers of `metrics` under names MLflow takes (no `@`: `eval@x.pass@1` -> `eval_at_x.pass_at_1`)."""
     return {_METRIC_NAME.sub("_", k.replace("@", "_at_")): float(v) for k, v in metrics.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
