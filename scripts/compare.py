@@ -16,6 +16,7 @@ The MLflow experiment defaults to `<tracking.experiment_prefix>-<profile>` of pa
 """
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -239,6 +240,7 @@ def readable_names(experiments: list[tuple[str, Column]], baseline: dict[str, An
     return renames
 
 
+@functools.cache
 def _composition(profile: str | None) -> dict[str, Any]:
     from lopd.core.config import compose
     from lopd.core.experiments import flatten

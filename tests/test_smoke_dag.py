@@ -149,15 +149,6 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     assert [ran[name]["params"]["params.yaml"]["data"]["margin"] for name in SWEEP] == [0.02, 0.05]
     beta = {name: ran[name]["metrics"]["metrics/train/lopd.json"]["data"]["train_lopd"]["beta_final"] for name in SWEEP}
     assert beta[MARGIN_EXP] != beta["sdpo-ema-01"], beta  # the margin changes the dual variable's path
-    # `make exps`: both experiments against the committed run of their profile, in a 200-column terminal
-    view = _run([sys.executable, "scripts/compare.py", "--dvc"], repo, {**env, "COLUMNS": "200"})
-    lines = {line.split()[0]: line.split()[1:] for line in view.splitlines() if line.strip()}
-    assert max(len(line) for line in view.splitlines()) <= 200 and "profile smoke: against" in view, view
-    column = {name: i for i, name in enumerate(lines["run"])}
-    assert set(column) - {lines["run"][0]} == set(SWEEP), view  # the committed run leads
-    assert [lines["margin"][column[n]] for n in (lines["run"][0], *SWEEP)] == ["0.05", "0.02", "0.05"], view
-    assert [lines["sdpo.ema_rate"][column[n]] for n in (lines["run"][0], *SWEEP)] == ["0.05", "0.05", "0.1"], view
-    assert "train_lopd.beta_final" in lines and not any(key.endswith("wall_s") for key in lines), view
     # MLflow: each experiment is one parent run with the params it changed and every stage's summary (the cached
     # ones from the report); its children carry the experiment's name and the exact stage
     client = mlflow.MlflowClient(f"sqlite:///{store}")
@@ -248,13 +239,22 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     assert sorted(r.data.tags["dvc.stage"] for r in children) == sorted(split)  # one run a stage, not one a process
     assert all(r.data.params["launch.processes"] == "2" for r in children)
     assert {r.data.tags["lopd.processes"] for r in children} == {"2"}
-    # run unnamed, it is named after what it changed: in MLflow at once, and in DVC by `make exps`
+    # run unnamed, it is named after what it changed: in MLflow at once, and in DVC by `make exps`, which compares
+    # the three experiments with the committed run of their profile, what differs only, in a 200-column terminal
     (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     readable = "agentic.rollouts_per_step-8_launch.processes-2"
     assert parent.info.run_name == readable and parent.data.params["launch.processes"] == "2", parent.info.run_name
-    renamed = _run([sys.executable, "scripts/compare.py", "--dvc"], repo, env)
-    assert re.search(rf"renamed experiment [a-z]{{5}}-[a-z]{{4}} -> {readable}", renamed), renamed
-    assert readable in _run(["dvc", "exp", "list", "--name-only"], repo, env).split()
+    view = _run([sys.executable, "scripts/compare.py", "--dvc"], repo, {**env, "COLUMNS": "200"})
+    assert re.search(rf"renamed experiment [a-z]{{5}}-[a-z]{{4}} -> {readable}", view), view
+    lines = {line.split()[0]: line.split()[1:] for line in view.splitlines() if line.strip()}
+    assert max(len(line) for line in view.splitlines()) <= 200 and "profile smoke: against" in view, view
+    column = {name: i for i, name in enumerate(lines["run"])}
+    assert set(column) - {lines["run"][0]} == {*SWEEP, readable}, view  # the committed run leads
+    names = (lines["run"][0], *SWEEP, readable)
+    assert [lines["margin"][column[n]] for n in names] == ["0.05", "0.02", "0.05", "0.05"], view
+    assert [lines["sdpo.ema_rate"][column[n]] for n in names] == ["0.05", "0.05", "0.1", "0.05"], view
+    assert [lines["launch.processes"][column[n]] for n in names] == ["1", "1", "1", "2"], view
+    assert "train_lopd.beta_final" in lines and not any(key.endswith("wall_s") for key in lines), view
 
 
 def _leaves(section):

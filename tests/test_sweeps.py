@@ -206,7 +206,8 @@ def test_files_go_to_the_newest_report_run(tmp_path, monkeypatch):
                                              artifact_location=(tmp_path / "artifacts").as_uri())
     ids = []
     for _ in range(2):
-        with mlflow.start_run(run_name="report", experiment_id=experiment_id) as run:
+        with mlflow.start_run(run_name="report · fig3-m_0.02", experiment_id=experiment_id,
+                              tags={"dvc.stage": "report"}) as run:  # as the Tracker names a stage's run
             ids.append(run.info.run_id)
     assert log_to_latest_run(cfg, "report", [figure])
     client = mlflow.MlflowClient(store)
