@@ -1,5 +1,6 @@
 """Stage CLIs turn bad input into a one-line error instead of a traceback."""
 
+import os
 import subprocess
 import sys
 
@@ -9,9 +10,14 @@ import pytest
 from lopd.core.config import REPO_ROOT
 
 
-def _run_stage(module, *args):
+# MLflow off (its import and store cost ~2.5 s a stage): these are the stages' own errors. One test keeps it on, for
+# an error raised after the stage's MLflow run has started.
+NO_MLFLOW = {**os.environ, "LOPD_MLFLOW_URI": "off"}
+
+
+def _run_stage(module, *args, env=NO_MLFLOW):
     return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, env=env)
 
 
 def test_unknown_param_is_a_one_line_error(tmp_path):
@@ -24,7 +30,7 @@ def test_unknown_param_is_a_one_line_error(tmp_path):
 
 def test_missing_training_data_file_is_a_one_line_error(tmp_path):
     params = _params(tmp_path, f"data.taco_path={tmp_path / 'nope.jsonl'}")
-    proc = _run_stage("pipelines.train", "--params", str(params), "--method", "grpo")
+    proc = _run_stage("pipelines.train", "--params", str(params), "--method", "grpo", env=None)
     last = _error(proc)  # after the stage's MLflow run started (and ended FAILED)
     assert last.startswith("error: training tasks:") and "nope.jsonl" in last
 
@@ -45,7 +51,7 @@ def _run_isolated(module, root, *args):
             "    c.DOMAINS['code'].plots)\n"
             f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n")
     return subprocess.run([sys.executable, "-c", code, str(root), *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, env=NO_MLFLOW)
 
 
 def _params(tmp_path, *overrides):

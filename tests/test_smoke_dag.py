@@ -194,16 +194,15 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     assert "Running stage" not in _run(["dvc", "repro", "--dry"], clone, env)
     assert (clone / "checkpoints" / "lopd" / "manifest.json").is_file()
 
-    # editing code marks exactly the stages that run it (`dvc status` lists the stages whose deps changed)
-    for touched, marked in [("lopd/latent/composer.py", {"cold_start", "train_lopd", "cold_start_agentic",
-                                                         "train_lopd_agentic", "latent_decode", *BASE_COMPOSER}),
-                            ("baselines/sdpo.py", {"train@sdpo", "train_agentic@sdpo"})]:
-        source = repo / touched
-        original = source.read_text()
-        source.write_text(original + "# touched\n")
-        status = json.loads(_run(["dvc", "status", "--json"], repo, env))
-        source.write_text(original)
-        assert {name.split(":")[-1] for name in status} == marked, (touched, status)
+    # editing code marks exactly the stages that run it (`dvc status` lists the stages whose deps changed; each
+    # file's stages are checked statically in tests/test_dag.py, this is DVC agreeing on the LOPD branch)
+    source = repo / "lopd" / "latent" / "composer.py"
+    original = source.read_text()
+    source.write_text(original + "# touched\n")
+    status = json.loads(_run(["dvc", "status", "--json"], repo, env))
+    source.write_text(original)
+    marked = {"cold_start", "train_lopd", "cold_start_agentic", "train_lopd_agentic", "latent_decode", *BASE_COMPOSER}
+    assert {name.split(":")[-1] for name in status} == marked, status
     # a code change re-trains instead of resuming the persisted checkpoint, and the same seed gives the same metrics
     train = json.loads((repo / "plots" / "train" / "sdpo.json").read_text())
     source = repo / "baselines" / "sdpo.py"
