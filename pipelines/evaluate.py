@@ -119,14 +119,14 @@ def run(cfg: Config, method: str, model_dir: Callable[[], Path], wrap: Wrap | No
         scores = {}
         for benchmark, bench in benchmarks.items():
             if isinstance(bench, NotAvailable):
-                summary = {"benchmark": benchmark, "method": method, "profile": cfg.profile, "note": str(bench),
-                           "n_tasks": 0}
-                result = {"summary": summary, "per_task": {}}
+                result = {"summary": {"benchmark": benchmark, "method": method, "profile": cfg.profile,
+                                      "note": str(bench), "n_tasks": 0}, "per_task": {}}
             else:
-                result = evaluate(cfg, method, benchmark, bench, backend, tokenizer, wrap, state)
-                if result is None:  # not the main process: process 0 scores and writes
-                    continue
-                summary = result["summary"]
+                result = evaluate_benchmark(cfg, method, benchmark, bench, backend, tokenizer, wrap, state)
+            if not state.is_main_process:  # process 0 scores and writes
+                continue
+            summary = result["summary"]
+            if "note" not in summary:
                 tracker.log_metrics({f"{benchmark}.{k}": summary[k]
                                      for k in ("generated_tokens", "sampling_s", "scoring_s")})
             write_json(domain.results / "eval" / method / f"{benchmark}.json", result)
@@ -138,10 +138,10 @@ def run(cfg: Config, method: str, model_dir: Callable[[], Path], wrap: Wrap | No
             record_metrics(tracker, domain.metrics / "eval" / f"{method}.json", stage, scores)
 
 
-def evaluate(cfg: Config, method: str, benchmark: str, bench: CodeBenchmark, backend: RolloutBackend, tokenizer,
-             wrap: Wrap | None, state: PartialState) -> dict[str, Any] | None:
-    """Sample `bench`'s tasks (each process its share), score them on process 0 and return the results file's
-    content (summary and per-task verdicts and completions); None on the other processes."""
+def evaluate_benchmark(cfg: Config, method: str, benchmark: str, bench: CodeBenchmark, backend: RolloutBackend,
+                       tokenizer, wrap: Wrap | None, state: PartialState) -> dict[str, Any] | None:
+    """Sample `bench`'s tasks (each process its share; every process calls it), score them on process 0 and return
+    the results file's content (summary and per-task verdicts and completions); None on the other processes."""
     context: dict[str, Any] = {}
     if wrap is not None:
         backend, context = wrap(backend, tokenizer, bench.messages, bench.continue_final)

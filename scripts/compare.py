@@ -276,7 +276,7 @@ def dvc_tables(names: list[str] | None) -> list[tuple[str, list[Column]]]:
         if head.params.get("profile") == profile:
             lead = head
         elif plain:
-            lead = plain[-1]  # the newest run of the profile as composed
+            lead = plain[0]  # the newest run of the profile as composed (DVC lists the newest first)
         else:
             lead = None
         group = ([lead] if lead else []) + [c for c in group if c is not lead]
