@@ -72,6 +72,11 @@ def test_a_long_name_counts_the_overrides_it_leaves_out():
     assert name.endswith(f"_+{8 - shown}")
 
 
+def test_a_long_value_is_cut():
+    name = experiment_name({"agentic.query_instruction": "Retrieve " * 20})
+    assert len(name) <= MAX_NAME_CHARS and name.startswith("agentic.query_instruction-Retrieve_Retrieve")
+
+
 @pytest.mark.parametrize("seed", range(30))
 def test_every_name_is_a_valid_git_ref(seed, tmp_path):
     rng = random.Random(seed)

@@ -52,10 +52,10 @@ def _text(value: Any) -> str:
 
 def experiment_name(overrides: dict[str, Any], profile: str | None = None) -> str:
     """A DVC-valid experiment name from a run's overrides: `margin-0.02`, `smoke_margin-0.02` (with the profile when
-    it is not the baseline's), `sdpo.ema_rate-0.1_train.lr-3e-06`; past MAX_NAME_CHARS the overrides that do not fit
-    are counted (`..._+2`). Empty when there is nothing to say."""
+    it is not the baseline's), `sdpo.ema_rate-0.1_train.lr-3e-06`, at most MAX_NAME_CHARS long: the overrides that do
+    not fit are counted (`..._+2`). Empty when there is nothing to say."""
     parts = ([profile] if profile else []) + [f"{key}-{_text(value)}" for key, value in overrides.items()]
-    parts = [_UNSAFE.sub("_", p) for p in parts]
+    parts = [_UNSAFE.sub("_", p)[:MAX_NAME_CHARS - 4] for p in parts]  # a long value is cut
     name, shown = "", 0
     for part in parts:
         candidate = f"{name}_{part}" if name else part
