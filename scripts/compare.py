@@ -16,7 +16,6 @@ The MLflow experiment defaults to `<tracking.experiment_prefix>-<profile>` of pa
 """
 
 import argparse
-import functools
 import json
 import logging
 import os
@@ -240,19 +239,11 @@ def readable_names(experiments: list[tuple[str, Column]], baseline: dict[str, An
     return renames
 
 
-@functools.cache
-def _composition(profile: str | None) -> dict[str, Any]:
-    from lopd.core.config import compose
-    from lopd.core.experiments import flatten
-
-    return flatten(compose(profile or "cpu"))
-
-
 def dvc_tables(names: list[str] | None) -> list[tuple[str, list[Column]]]:
     """(title, columns) per profile among the workspace commit's experiments, each led by its baseline: the
     experiment without overrides (or the commit itself when it ran that profile). Renames the experiments DVC
     named at random first, and says so."""
-    from lopd.core.experiments import param_overrides
+    from lopd.core.experiments import profile_overrides
 
     head, experiments = dvc_revisions(json.loads(dvc("exp", "show", "--json")))
     if head is None:
@@ -272,7 +263,7 @@ def dvc_tables(names: list[str] | None) -> list[tuple[str, list[Column]]]:
     tables = []
     for profile in dict.fromkeys(c.params.get("profile") for _, c in experiments):
         group = [c for _, c in experiments if c.params.get("profile") == profile]
-        plain = [c for c in group if not param_overrides(c.params, _composition(profile))]
+        plain = [c for c in group if not profile_overrides(c.params)]
         if head.params.get("profile") == profile:
             lead = head
         elif plain:
