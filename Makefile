@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: setup reproduce test smoke bench exps compare gpu-check fig3 fig4 fig5
+.PHONY: setup reproduce test smoke bench bench-gpu estimate exps compare gpu-check fig3 fig4 fig5
 
 setup:
 	bash scripts/setup.sh
@@ -18,6 +18,11 @@ smoke: setup
 
 bench: setup
 	python scripts/bench_rollout.py
+
+# On one GPU, ~3 min: rollout engines against the bandwidth bound, update steps in tokens/s and MFU, peak memory at
+# the paper's length (scripts/bench_gpu.py; writes reports/perf/gpu.json).
+bench-gpu: setup
+	python scripts/bench_gpu.py $(ARGS)
 
 # Compare in a terminal, one column per run and a line per param and metric that differs (scripts/compare.py):
 # `make exps` the DVC experiments of this commit, each profile's against its own baseline (it first names the ones

@@ -105,6 +105,10 @@ class SamplingConfig:
     shares the GPU; the engine sleeps, freeing it, during updates)."""
     kv_cache_gib: float = 2.0
     """vllm on CPU: KV-cache size in GiB (SmolLM2-135M: about 45k tokens per GiB)."""
+    hf_decode: str = "auto"
+    """How the hf backend decodes: loop (a host sync per token, finished rows dropped: fast on a CPU) | static (a
+    static KV cache and fixed-shape steps, each a replayed CUDA graph on a GPU; lopd/core/static_decode.py) | auto
+    (static on a GPU, loop on a CPU)."""
 
     def __post_init__(self) -> None:
         _check(self.dtype in ("float32", "bfloat16", "float16"),
@@ -113,6 +117,8 @@ class SamplingConfig:
                f"sampling.backend: {self.backend!r} is not one of auto, hf, vllm")
         _check(0 < self.gpu_memory_utilization <= 1, "sampling.gpu_memory_utilization: must be in (0, 1]")
         _check(self.kv_cache_gib > 0, "sampling.kv_cache_gib: must be > 0")
+        _check(self.hf_decode in ("auto", "loop", "static"),
+               f"sampling.hf_decode: {self.hf_decode!r} is not one of auto, loop, static")
         _check(self.temperature > 0, "sampling.temperature: must be > 0")
         _check(0 < self.top_p <= 1, "sampling.top_p: must be in (0, 1]")
         _check(self.top_k >= 1, "sampling.top_k: must be >= 1")

@@ -19,6 +19,7 @@ from lopd.core.config import Config
 from lopd.core.device import device
 from lopd.core.models import load_model
 from lopd.core.sampling import ROLLOUT_ATTENTION, HFBackend, RolloutBackend, SamplingParams
+from lopd.core.static_decode import STATIC_ATTENTION, StaticDecoder, supports
 from lopd.core.vllm_backend import INSTALL_HINT, runs_on_cpu, vllm_available
 from lopd.core.trajectory import Trajectory, Turn
 
@@ -160,8 +161,8 @@ def make_backend(model_dir: str | Path, tokenizer: PreTrainedTokenizerBase, cfg:
                  batch_size: int, *, prompt_embeds: bool = False) -> RolloutBackend:
     """The rollout backend `sampling.backend` names (`backend_name`), holding its own copy of the policy in
     `sampling.dtype` on this process's device, kept in sync with the trainer after every step. vllm: an in-process
-    engine (lopd/core/vllm_backend.py). hf: the grouped-query decode attention loop. `prompt_embeds`: the backend
-    will be given prompts as input embeddings (`generate(..., embeds=...)`; vLLM enables it at start-up)."""
+    engine (lopd/core/vllm_backend.py). hf: the decode loop or the static decoder (`hf_decode`). `prompt_embeds`: the
+    backend will be given prompts as input embeddings (`generate(..., embeds=...)`; vLLM enables it at start-up)."""
     if backend_name(cfg, model_dir) == "vllm":
         from lopd.core.vllm_backend import VLLMBackend
 
@@ -169,9 +170,26 @@ def make_backend(model_dir: str | Path, tokenizer: PreTrainedTokenizerBase, cfg:
         return VLLMBackend(model_dir, stop_ids=_stop_ids(model_dir, tokenizer), dtype=s.dtype,
                            gpu_memory_utilization=s.gpu_memory_utilization, kv_cache_gib=s.kv_cache_gib,
                            prompt_embeds=prompt_embeds)
-    model = load_model(model_dir, cfg.sampling.dtype, attn_implementation=ROLLOUT_ATTENTION).to(device())
+    static = hf_decode(cfg, model_dir) == "static"
+    model = load_model(model_dir, cfg.sampling.dtype,
+                       attn_implementation=STATIC_ATTENTION if static else ROLLOUT_ATTENTION).to(device())
+    decoder = StaticDecoder(model, tokenizer.pad_token_id, graphs=device().type == "cuda") if static else None
     return HFBackend(model, stop_ids=_stop_ids(model_dir, tokenizer), pad_id=tokenizer.pad_token_id,
-                     batch_size=batch_size, tokenizer=tokenizer)
+                     batch_size=batch_size, tokenizer=tokenizer, decoder=decoder)
+
+
+def hf_decode(cfg: Config, model_dir: str | Path) -> str:
+    """`sampling.hf_decode` with auto decided: static on a GPU for a model whose layers all attend to the whole
+    context, else loop (README: Performance). static for a sliding-window model is a one-line error."""
+    name = cfg.sampling.hf_decode
+    if name == "loop" or (name == "auto" and device().type != "cuda"):
+        return "loop"
+    if supports(AutoConfig.from_pretrained(model_dir)):
+        return "static"
+    if name == "static":
+        raise ValueError(f"sampling.hf_decode=static: {model_dir} has sliding-window layers "
+                         "(use sampling.hf_decode=loop)")
+    return "loop"
 
 
 def _stop_ids(model_dir: str | Path, tokenizer: PreTrainedTokenizerBase) -> list[int]:

@@ -1,9 +1,10 @@
 """Rollout backends: token ids in, sampled token ids and their log-probs out.
 
-The loop talks to a `RolloutBackend`; `HFBackend` is the CPU one: a hand-written decode loop over a
-Hugging Face causal LM with a KV cache. It avoids `generate`'s per-step overhead (logits processors
-over the whole vocabulary, stopping-criteria objects) and drops finished rows from the batch so that
-long-tail rollouts do not keep paying for short ones. lopd/core/vllm_backend.py implements the same protocol.
+The loop talks to a `RolloutBackend`; `HFBackend` runs a Hugging Face causal LM with a KV cache. On a CPU it decodes
+with a hand-written loop: it avoids `generate`'s per-step overhead (logits processors over the whole vocabulary,
+stopping-criteria objects) and drops finished rows from the batch so that long-tail rollouts do not keep paying for
+short ones. On a GPU it hands each batch to a `StaticDecoder` (lopd/core/static_decode.py: a static cache and CUDA
+graphs). lopd/core/vllm_backend.py implements the same protocol.
 
 Log-probs are those of the temperature-scaled full-vocabulary distribution softmax(z / T), the
 distribution the trainer recomputes (top-k / top-p only decide which tokens may be drawn).
@@ -170,12 +171,15 @@ def hits_stop_string(tails: Sequence[Sequence[int]], stop: Sequence[str],
 
 class HFBackend:
     """Batched sampling with a KV cache on any Hugging Face causal LM. Stop strings (`SamplingParams.stop`) need
-    the `tokenizer` to decode sampled tokens; without stop strings nothing is decoded."""
+    the `tokenizer` to decode sampled tokens; without stop strings nothing is decoded. `decoder`: a
+    `static_decode.StaticDecoder` on the same model samples each batch instead of the loop below (the model then uses
+    its attention, `static_decode.STATIC_ATTENTION`)."""
 
     def __init__(self, model: torch.nn.Module, stop_ids: Sequence[int], pad_id: int, batch_size: int = 32,
-                 tokenizer: PreTrainedTokenizerBase | None = None):
+                 tokenizer: PreTrainedTokenizerBase | None = None, decoder=None):
         self.model = model
         self.tokenizer = tokenizer
+        self.decoder = decoder
         self.stop_ids = torch.tensor(sorted(set(stop_ids)), device=self.device)
         self.pad_id = pad_id
         self.batch_size = batch_size
@@ -199,7 +203,9 @@ class HFBackend:
             raise KeyError(f"HFBackend.load_weights: no weights given for {sorted(missing)}")
 
     def sleep(self) -> None:
-        """Nothing to release: the copy is small next to the trainer's (a vLLM engine's KV cache is not)."""
+        """Release the static decoder's cache and graph, if any (the loop's cache lives within a batch)."""
+        if self.decoder is not None:
+            self.decoder.release()
 
     def wake_up(self) -> None:
         pass
@@ -238,6 +244,9 @@ class HFBackend:
                         embeds: list[torch.Tensor] | None = None) -> list[Completion]:
         """Sample one batch (prefilled from `embeds` when given); after every decode step `advance(sequences
         finished, tokens sampled)`."""
+        if self.decoder is not None:
+            return self.decoder.generate_batch(prompts, params, generator, advance, embeds, set(self.stop_ids.tolist()),
+                                               self.tokenizer, self.stats)
         was_training = self.model.training
         self.model.eval()
         n, width = len(prompts), max(len(p) for p in prompts)
