@@ -19,6 +19,14 @@ smoke: setup
 bench: setup
 	python scripts/bench_rollout.py
 
+# The predicted wall time of every stage of `dvc repro` from the benchmarks in reports/perf/ (scripts/estimate.py),
+# e.g. `make estimate PROFILE=paper GPUS=8 GPU=h200 ARGS="--mean-tokens 4000 --eval-mean-tokens 600"`.
+PROFILE ?= cpu
+GPUS ?= 1
+GPU ?= cpu
+estimate: setup
+	python scripts/estimate.py --profile $(PROFILE) --gpus $(GPUS) --gpu $(GPU) $(ARGS)
+
 # On one GPU, ~3 min: rollout engines against the bandwidth bound, update steps in tokens/s and MFU, peak memory at
 # the paper's length (scripts/bench_gpu.py; writes reports/perf/gpu.json).
 bench-gpu: setup

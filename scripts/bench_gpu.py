@@ -168,21 +168,25 @@ def rollout(name: str, rows: int, prompt_len: int, new: int, tiny: bool, copy_bp
     model.set_attn_implementation(STATIC_ATTENTION)
     decoder = StaticDecoder(model, pad_id=0, graphs=device().type == "cuda")
     static = HFBackend(model, stop_ids=never, pad_id=0, batch_size=rows, decoder=decoder)
-    first, _ = engine_rate(static, prompts, params)
-    rate, static_completions = engine_rate(static, prompts, params)
-    out["static"] = {**rate, "first_call_s": first["wall_s"], "capture_s": round(decoder.stats["capture_s"], 2),
-                     "captures": decoder.stats["captures"], "graphs": decoder.graphs}
+    engines = {"loop": loop_completions}
+    try:
+        first, _ = engine_rate(static, prompts, params)
+        rate, engines["static"] = engine_rate(static, prompts, params)
+        out["static"] = {**rate, "first_call_s": first["wall_s"], "capture_s": round(decoder.stats["capture_s"], 2),
+                         "captures": decoder.stats["captures"], "graphs": decoder.graphs}
+    except (RuntimeError, torch.OutOfMemoryError) as error:  # recorded: the other engines still run
+        out["static"] = f"error: {type(error).__name__}: {str(error).splitlines()[0]}"
     decoder.release()
     if check_logprobs:
         out["trainer_logprob_gap"] = {engine: trainer_gap(model, prompts, completions, params.temperature)
-                                      for engine, completions in (("loop", loop_completions),
-                                                                  ("static", static_completions))}
+                                      for engine, completions in engines.items()}
     del model, loop, static, decoder
     out["vllm"] = vllm_rate(config, prompts, params, tokenizer_dir, never)
     for engine in ("loop", "static", "vllm"):
         if isinstance(out[engine], dict):
             out[engine]["of_bound"] = round(out[engine]["tokens_per_s"] / out["bound_tokens_per_s"], 3)
-    out["static_over_loop"] = round(out["static"]["tokens_per_s"] / out["loop"]["tokens_per_s"], 2)
+    if isinstance(out["static"], dict):
+        out["static_over_loop"] = round(out["static"]["tokens_per_s"] / out["loop"]["tokens_per_s"], 2)
     empty_cache()
     return out
 

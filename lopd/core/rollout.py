@@ -180,7 +180,7 @@ def make_backend(model_dir: str | Path, tokenizer: PreTrainedTokenizerBase, cfg:
 
 def hf_decode(cfg: Config, model_dir: str | Path) -> str:
     """`sampling.hf_decode` with auto decided: static on a GPU for a model whose layers all attend to the whole
-    context, else loop (README: Performance). static for a sliding-window model is a one-line error."""
+    context, else loop (README: The HF backend on a GPU). static for a sliding-window model is a one-line error."""
     name = cfg.sampling.hf_decode
     if name == "loop" or (name == "auto" and device().type != "cuda"):
         return "loop"

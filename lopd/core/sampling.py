@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 
 import torch
 from transformers import AttentionInterface, PreTrainedTokenizerBase
@@ -22,6 +22,9 @@ from transformers.cache_utils import Cache, DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from lopd.core.progress import progress
+
+if TYPE_CHECKING:  # static_decode imports this module
+    from lopd.core.static_decode import StaticDecoder
 
 ROLLOUT_ATTENTION = "lopd_grouped"
 LONG_PREFILL = 1024
@@ -176,7 +179,7 @@ class HFBackend:
     its attention, `static_decode.STATIC_ATTENTION`)."""
 
     def __init__(self, model: torch.nn.Module, stop_ids: Sequence[int], pad_id: int, batch_size: int = 32,
-                 tokenizer: PreTrainedTokenizerBase | None = None, decoder=None):
+                 tokenizer: PreTrainedTokenizerBase | None = None, decoder: StaticDecoder | None = None):
         self.model = model
         self.tokenizer = tokenizer
         self.decoder = decoder

@@ -1,0 +1,97 @@
+"""Rollouts at a profile's own settings -> reports/perf/profile_rollouts.json (one entry per profile; `make estimate`
+reads it).
+
+On the profile's rollout engine (`sampling.backend`) and the prepared model (models/base), each part as its stage runs
+it, timed end to end (sampling and the sandbox's scoring):
+- train_step: one step's rollouts (train.rollouts_per_step: the first tasks, grpo.group_size rollouts each, the
+  profile's sampling settings and budget);
+- validation: one validation point (data.validation_tasks held-out tasks, greedy);
+- eval: the first --eval-tasks tasks of each code benchmark with its protocol (prompt, stop strings, eval budget),
+  submitted at once as the stage does (vLLM's rate grows with the prompts it runs together: the stage's whole
+  benchmark runs faster than this sample).
+Each records its wall time, sampled tokens and mean completion length: what a rollout costs and how long it is at the
+profile's budget, which the engines' token rates (rollout.json, gpu.json) do not say.
+Run: python scripts/bench_profile_rollouts.py [--profile cpu] [--eval-tasks 64]  (about 12 minutes on 2 cores)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from accelerate import Accelerator, PartialState
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from lopd.core.config import resolve  # noqa: E402
+from lopd.core.device import device  # noqa: E402
+from lopd.core.loop import validate  # noqa: E402
+from lopd.core.models import load_tokenizer  # noqa: E402
+from lopd.core.rollout import make_backend, sampling_params  # noqa: E402
+from lopd.core.sampling import SamplingParams  # noqa: E402
+from pipelines.common import BASE_MODEL_DIR  # noqa: E402
+from pipelines.domains.code import training_tasks  # noqa: E402
+from pipelines.evaluate import NotAvailable, code_benchmark, evaluate_benchmark  # noqa: E402
+
+OUT = REPO / "reports" / "perf" / "profile_rollouts.json"
+
+
+def part(wall_s: float, tokens: int, rollouts: int) -> dict:
+    return {"rollouts": rollouts, "wall_s": round(wall_s, 1), "sampled_tokens": tokens,
+            "mean_tokens": round(tokens / rollouts, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", default="cpu")
+    parser.add_argument("--eval-tasks", type=int, default=64,
+                        help="tasks per code benchmark, sampled at once as the evaluation does (concurrency sets the rate)")
+    parser.add_argument("--out", default=str(OUT))
+    args = parser.parse_args()
+    if not (BASE_MODEL_DIR / "config.json").exists():
+        sys.exit(f"error: {BASE_MODEL_DIR.relative_to(REPO)}: no prepared model (run: dvc repro prepare_model)")
+    cfg = resolve({"profile": args.profile, "eval": {"task_limit": args.eval_tasks}})
+    tokenizer = load_tokenizer(BASE_MODEL_DIR)
+    backend = make_backend(BASE_MODEL_DIR, tokenizer, cfg, cfg.sampling.batch_size)
+    backend.generate([tokenizer("warm-up")["input_ids"]] * 2, SamplingParams(max_new_tokens=4), seed=0)
+    result = {"profile": cfg.profile, "model": cfg.model.name, "backend": type(backend).__name__,
+              "max_new_tokens": cfg.sampling.max_new_tokens, "eval_max_new_tokens": cfg.eval.max_new_tokens}
+    with training_tasks(cfg) as split:
+        group = cfg.grpo.group_size
+        tasks = split.tasks[:cfg.train.rollouts_per_step // group]
+        start = time.perf_counter()
+        rollouts = split.collect(backend, tokenizer, tasks, sampling_params(cfg, cfg.sampling.max_new_tokens), cfg.seed,
+                                 group)
+        result["train_step"] = {**part(time.perf_counter() - start, sum(t.num_action_tokens for t in rollouts),
+                                       len(rollouts)),
+                                "mean_prompt_tokens": round(sum(len(t.turns[0].context_ids) for t in rollouts)
+                                                            / len(rollouts), 1)}
+        start = time.perf_counter()
+        before = backend.stats["sampled_tokens"]
+        validate(backend, tokenizer, split.collect, split.validation, cfg.sampling.max_new_tokens, cfg.seed,
+                 Accelerator(cpu=device().type == "cpu"))
+        result["validation"] = part(time.perf_counter() - start, backend.stats["sampled_tokens"] - before,
+                                    len(split.validation))
+    result["eval"] = {}
+    for benchmark in cfg.benchmarks:
+        try:
+            bench = code_benchmark(cfg, benchmark)
+        except NotAvailable as err:
+            result["eval"][benchmark] = str(err)
+            continue
+        summary = evaluate_benchmark(cfg, "bench", benchmark, bench, backend, tokenizer, None, PartialState())["summary"]
+        result["eval"][benchmark] = {**part(summary["sampling_s"] + summary["scoring_s"], summary["generated_tokens"],
+                                            summary["n_tasks"]), "scoring_s": summary["scoring_s"]}
+    out = Path(args.out)
+    entries = json.loads(out.read_text()) if out.exists() else {}
+    entries[cfg.profile] = result
+    out.write_text(json.dumps(entries, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

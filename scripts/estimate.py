@@ -1,0 +1,423 @@
+"""`make estimate PROFILE=cpu GPUS=1 GPU=cpu`: the predicted wall time of every stage of `dvc repro` for a profile on
+a machine, before a long run.
+
+Every rate is a benchmark's, from reports/perf/ (never a recorded stage time: those are the check, `--check`):
+- profile_rollouts.json (scripts/bench_profile_rollouts.py): one training step's rollouts, one validation point and
+  each code benchmark's first tasks at the profile's own settings on its model and engine, scored: their effective
+  tokens/s (long tails included) and mean lengths;
+- rollout.json (`make bench`): the engine's prompt prefill and multi-turn rates (agentic episodes);
+- lopd_step.json: an update's passes per action token (student, LOPD's teacher and composer) and a whole GRPO and LOPD
+  update; agentic_update.json: updates on agentic episodes; tool_calls.json: agentic episode lengths and success;
+  stage_startup.json: a stage's start-up;
+- on a GPU (GPU=h100|h200), gpu.json from `make bench-gpu` on that GPU: the CPU's sampling rates are scaled by the
+  measured engine speed-up (its decode engine's tokens/s over the CPU engine's, rollout.json) and the update costs by
+  its GRPO and LOPD update rates; the sandbox and start-up stay the CPU's.
+A stage's time is its start-up plus its work: rollouts x mean tokens / the effective rate, plus the sandbox's scoring,
+plus each update's trained action tokens x its measured seconds per token, plus one optimizer step per step. The work
+is counted from the profile's config and its data; every assumption is printed. GPUS=N processes split each stage's
+rollouts and updates evenly (the launcher's data parallelism); start-up does not shrink.
+`--check` compares the estimate with reports/perf/default_run_wall_time.json (the recorded default run: the cpu
+profile on this project's 2-core machine) per domain, and writes reports/perf/estimate_check.json.
+Run: python scripts/estimate.py [--profile cpu] [--gpus 1] [--gpu cpu|h100|h200] [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from lopd.core.config import Config, resolve  # noqa: E402
+
+PERF = REPO / "reports" / "perf"
+GPU_NAMES = {"h100": "H100", "h200": "H200"}
+TEACHER_FORWARD_SHARE = 1 / 3
+"""A pass without backward as a share of the same pass with one (a forward is ~1/3 of forward + backward): the
+text-context baselines' teachers and the composer's forward passes, which no benchmark times alone."""
+CHECK_TOLERANCE = 0.25
+
+
+def read(name: str) -> dict:
+    path = PERF / name
+    if not path.exists():
+        sys.exit(f"error: reports/perf/{name}: not found (run its benchmark: python scripts/estimate.py --help)")
+    return json.loads(path.read_text())
+
+
+@dataclass
+class Costs:
+    """What a unit of work costs on one process, in seconds, and where each figure comes from."""
+
+    train_rate: float
+    """Effective sampled tokens/s of a training step's batch (long tails included)."""
+    validation_rate: float
+    eval_rate: dict[str, float]
+    """Per code benchmark; its mean tokens per task in `eval_tokens`."""
+    train_tokens: float
+    """Mean sampled tokens of a training rollout at the profile's budget."""
+    eval_tokens: dict[str, float]
+    sandbox_s: float
+    """Scoring one training rollout."""
+    eval_scoring_s: dict[str, float]
+    """Scoring one evaluation task."""
+    prefill_rate: float
+    """Prompt tokens/s (agentic contexts)."""
+    student_s: float
+    """The student's forward + backward, per trained action token."""
+    teacher_s: float
+    """LOPD's teacher pass (forward + backward to its latent inputs), per action token."""
+    composer_s: float
+    """The composer's pass with backward, per action token of the trajectories it serves."""
+    lopd_s: float
+    """A whole LOPD update's passes, per action token."""
+    optimizer_s: float
+    """One optimizer step."""
+    agentic_update_s: dict[str, float]
+    """Per played episode step: grpo (the student alone) and lopd."""
+    startup_s: float
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def update_s(self, method: str) -> float:
+        """Seconds per trained action token of `method`'s update."""
+        if method == "grpo":
+            return self.student_s
+        if method == "lopd":
+            return self.lopd_s
+        return self.student_s + self.teacher_s * TEACHER_FORWARD_SHARE  # a text-context teacher: forward only
+
+
+def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | None,
+              on_gpu: bool = False) -> Costs:
+    profiles, rollout, step_file, agentic, startup = (read(n) for n in (
+        "profile_rollouts.json", "rollout.json", "lopd_step.json", "agentic_update.json", "stage_startup.json"))
+    measured = profiles.get(cfg.profile)
+    if measured is None and (mean_tokens is None or eval_mean_tokens is None):
+        sys.exit(f"error: reports/perf/profile_rollouts.json: no entry for profile {cfg.profile} (run python "
+                 f"scripts/bench_profile_rollouts.py --profile {cfg.profile}, or give --mean-tokens and "
+                 f"--eval-mean-tokens)")
+    model = cfg.model.name if cfg.model.name in step_file["models"] else None
+    if model is None and not on_gpu:
+        sys.exit(f"error: reports/perf/lopd_step.json: no entry for {cfg.model.name} "
+                 "(python scripts/bench_lopd_step.py)")
+    model = model or "qwen2.5-coder-0.5b"  # on a GPU only its passes' ratios to the student's are used
+    base = profiles.get(cfg.profile) or profiles["cpu"]  # rates of the engine on this CPU
+    rate = lambda part: part["sampled_tokens"] / (part["wall_s"] - part.get("scoring_s", 0))  # noqa: E731
+    evals = {b: e for b, e in base["eval"].items() if isinstance(e, dict)}
+    step = step_file["models"][model]["step"]
+    tokens, passes = step["action_tokens"], step["passes_s"]
+    played = agentic["episodes"] * agentic["steps"]
+    train = base["train_step"]
+    return Costs(
+        train_rate=rate(train), validation_rate=rate(base["validation"]),
+        eval_rate={b: rate(e) for b, e in evals.items()},
+        train_tokens=mean_tokens or measured["train_step"]["mean_tokens"],
+        eval_tokens={b: eval_mean_tokens or e["mean_tokens"] for b, e in evals.items()},
+        sandbox_s=rollout["grpo_step"]["reward_s"] / rollout["grpo_step"]["rollouts"],
+        eval_scoring_s={b: e["scoring_s"] / e["rollouts"] for b, e in evals.items()},
+        prefill_rate=rollout["prefill_tokens_per_s"],
+        student_s=passes["student"] / tokens, teacher_s=passes["teacher"] / tokens,
+        composer_s=passes["composer"] / tokens,
+        lopd_s=(step["lopd_update_s"] - step["grpo_update_s"] + passes["student"]) / tokens,
+        optimizer_s=max(0.0, step["grpo_update_s"] - passes["student"]),
+        agentic_update_s={kind: agentic["variants"][f"{kind}:on"]["update_s"] / played for kind in ("grpo", "lopd")},
+        startup_s=sum(startup["imports_s"].values()) / len(startup["imports_s"]) + startup["mlflow_s"],
+        sources={"sampling": f"profile_rollouts.json ({base['backend']}, {base['model']}, profile {base['profile']})",
+                 "updates": f"lopd_step.json and agentic_update.json ({model})",
+                 "start-up": "stage_startup.json"})
+
+
+def gpu_costs(cfg: Config, gpu: str, cpu: Costs) -> Costs:
+    """The CPU's costs with sampling scaled by gpu.json's engine speed-up over the CPU engine, and updates by its
+    update rates (per sequence token, converted with the measured prompt length)."""
+    bench = read("gpu.json")
+    name = bench["device"]["name"]
+    if bench["size"] != "real" or GPU_NAMES[gpu] not in name:
+        sys.exit(f"error: reports/perf/gpu.json is from {name!r} at {bench['size']} size, not an {GPU_NAMES[gpu]} "
+                 f"(run make bench-gpu on one)")
+    architecture = "qwen3-4b" if "qwen3" in cfg.model.name.lower() else "qwen2.5-coder-0.5b"
+    rollouts = [r for r in bench["rollout"] if r["architecture"] == architecture]
+    updates = [u for u in bench["update"] if u["architecture"] == architecture]
+    if not rollouts or not updates or "tokens_per_s" not in updates[0]["grpo"]:
+        sys.exit(f"error: reports/perf/gpu.json: no {architecture} rollout and GRPO update measurements")
+    engine = next(e for e in ("vllm", "static", "loop") if isinstance(rollouts[0][e], dict))  # the fastest that ran
+    cpu_engine = read("rollout.json")["vllm"]["train_setting"]["tokens_per_s"]
+    sampling = min(r[engine]["tokens_per_s"] for r in rollouts) / cpu_engine
+    update = updates[0]
+    prompt = read("profile_rollouts.json")["cpu"]["train_step"]["mean_prompt_tokens"]
+    steps = read("lopd_step.json")["models"]
+    step = steps.get(cfg.model.name, steps["qwen2.5-coder-0.5b"])
+    action = step["action_tokens"] / step["rollouts"]
+    cpu_per_sequence_token = cpu.student_s * action / (action + prompt)
+    per_action = (cpu.train_tokens + prompt) / cpu.train_tokens  # sequence tokens per trained action token
+    grpo_s = per_action / update["grpo"]["tokens_per_s"]
+    speedup = cpu_per_sequence_token / (1 / update["grpo"]["tokens_per_s"])
+    lopd_s = (per_action / update["lopd"]["tokens_per_s"] if "tokens_per_s" in update["lopd"]
+              else cpu.lopd_s / speedup)
+    return Costs(
+        train_rate=cpu.train_rate * sampling, validation_rate=cpu.validation_rate * sampling,
+        eval_rate={b: r * sampling for b, r in cpu.eval_rate.items()}, train_tokens=cpu.train_tokens,
+        eval_tokens=cpu.eval_tokens, sandbox_s=cpu.sandbox_s, eval_scoring_s=cpu.eval_scoring_s,
+        prefill_rate=cpu.prefill_rate * sampling, student_s=grpo_s, teacher_s=cpu.teacher_s / speedup,
+        composer_s=cpu.composer_s / speedup, lopd_s=lopd_s, optimizer_s=0.0,
+        agentic_update_s={k: v / speedup for k, v in cpu.agentic_update_s.items()}, startup_s=cpu.startup_s,
+        sources={"sampling": f"this CPU's, x{sampling:.0f}: {engine} on {name} (gpu.json, {architecture}, random "
+                             f"weights) over vllm on this CPU (rollout.json)",
+                 "updates": f"gpu.json's GRPO and LOPD update rates on {name} (optimizer step included); the other "
+                            f"passes this CPU's, / {speedup:.0f} (GRPO's speed-up)",
+                 "sandbox, start-up": "this CPU's"})
+
+
+def signal_shares(cfg: Config) -> tuple[dict[str, dict[str, float]], str]:
+    """Per domain, the share of a step's rollouts each method trains on (the rest carry no gradient and are
+    skipped): GRPO and Skill-SD's PPO part need a group of mixed rewards, SDPO a successful sibling; OPSD, SDFT and
+    LOPD train on every rollout. Code: GRPO's share as rollout.json's GRPO step measured it (SDPO's taken equal).
+    Agentic: from the success rate of tool_calls.json's episodes."""
+    mixed_code = read("rollout.json")["grpo_step"]["trained_fraction"]
+    ended = read("tool_calls.json")["episodes"]["ended"]
+    p = ended.get("completed", 0) / sum(ended.values())
+    mixed = 1 - p ** cfg.grpo.group_size - (1 - p) ** cfg.grpo.group_size
+    sibling = 1 - (1 - p) ** (cfg.sdpo.group_size - 1)
+    every = {"opsd": 1.0, "sdft": 1.0, "lopd": 1.0}
+    note = (f"code: {mixed_code:.0%} of GRPO's rollouts carry a gradient (rollout.json; SDPO, Skill-SD alike); "
+            f"agentic: {p:.0%} of episodes succeed (tool_calls.json): {mixed:.0%} of groups mixed, {sibling:.0%} "
+            f"with a successful sibling; OPSD, SDFT, LOPD: all")
+    return {"code": {"grpo": mixed_code, "skill_sd": mixed_code, "sdpo": mixed_code, **every},
+            "agentic": {"grpo": mixed, "skill_sd": mixed, "sdpo": sibling, **every}}, note
+
+
+def code_counts(cfg: Config) -> dict[str, int]:
+    """Training tasks, and tasks per code benchmark (0 where its data is missing: that evaluation is n/a)."""
+    from pipelines.domains.code import coding_tasks
+    from pipelines.evaluate import NotAvailable, code_benchmark
+
+    counts = {"train_tasks": len(coding_tasks(cfg)) - cfg.data.validation_tasks}
+    for benchmark in cfg.benchmarks:
+        try:
+            counts[benchmark] = len(code_benchmark(cfg, benchmark).messages)
+        except NotAvailable:
+            counts[benchmark] = 0
+    return counts
+
+
+def agentic_counts(cfg: Config) -> dict[str, int]:
+    """Training tasks, and episodes per agentic benchmark (0 where its data is missing: that evaluation is n/a)."""
+    from evaluation.agentic import envscaler_split
+    from evaluation.agentic.benchmarks import load_benchmark
+
+    with envscaler_split.training_tasks(cfg) as (tasks, _, _):
+        counts = {"train_tasks": len(tasks)}
+    for name in cfg.agentic.benchmarks:
+        try:
+            bench = load_benchmark(cfg, name, None)
+        except (OSError, ValueError, ImportError):
+            counts[name] = 0
+            continue
+        counts[name] = len(bench.episodes)
+        bench.close()
+    return counts
+
+
+@dataclass
+class Episodes:
+    """An agentic episode as the benchmarks measured it on the profile's model."""
+
+    steps: float
+    step_tokens: float
+    context_tokens: float
+    success: float
+
+
+def episodes(cfg: Config) -> Episodes:
+    """Episodes run to `agentic.max_steps` (no benchmark measures how many steps they play: tool_calls.json plays one,
+    and 23 of its 24 episodes ended at that cap); steps and contexts as bench_agentic_update.py's episodes."""
+    tools, agentic = read("tool_calls.json"), read("agentic_update.json")
+    ended = tools["episodes"]["ended"]
+    sequences = agentic["variants"]["grpo:on"]["sequence_tokens"]  # after `steps` steps of action + observation
+    context = sum(sequences) / len(sequences) - agentic["steps"] * (agentic["action_tokens_per_step"]
+                                                                    + agentic["observation_tokens_per_step"])
+    return Episodes(cfg.agentic.max_steps, min(cfg.agentic.max_step_tokens, agentic["action_tokens_per_step"]),
+                    context, ended.get("completed", 0) / sum(ended.values()))
+
+
+def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float], dict[str, int], list[str]]:
+    """Seconds per stage of the DAG, the counts behind them, and the assumptions made."""
+    counts = code_counts(cfg)
+    agentic = agentic_counts(cfg)
+    shares, share_note = signal_shares(cfg)
+    episode = episodes(cfg)
+    a, c, share = cfg.agentic, costs, 1 / processes
+    stage_s: dict[str, float] = {}
+
+    def stage(name: str, work_s: float = 0.0) -> None:
+        stage_s[name] = c.startup_s + work_s * share
+
+    def steps_of(method: str) -> int:
+        return getattr(cfg, method).steps or cfg.train.steps
+
+    def step_sampling(rollouts: float) -> float:
+        return rollouts * (c.train_tokens / c.train_rate + c.sandbox_s)
+
+    validation_s = cfg.data.validation_tasks * (c.train_tokens / c.validation_rate + c.sandbox_s)
+    eval_s = sum(counts[b] * cfg.eval.n_samples * (c.eval_tokens[b] / c.eval_rate[b] + c.eval_scoring_s[b])
+                 for b in cfg.benchmarks if counts[b])
+    eval_tasks = sum(counts[b] for b in cfg.benchmarks) * cfg.eval.n_samples
+    composer_forward = c.composer_s * c.train_tokens * TEACHER_FORWARD_SHARE  # one task's latent context
+
+    stage("prepare_model")
+    for method in cfg.methods:
+        name = "train_lopd" if method == "lopd" else f"train@{method}"
+        if method == "vanilla":
+            stage(name)
+            continue
+        steps, rollouts = steps_of(method), cfg.train.rollouts_per_step
+        points = math.ceil(steps / cfg.train.val_every) + 1 if cfg.data.validation_tasks else 0
+        trained = rollouts * shares["code"][method] * c.train_tokens
+        work = steps * (step_sampling(rollouts) + c.optimizer_s + trained * c.update_s(method)) + points * validation_s
+        if method == "skill_sd":  # a skill summary per rollout group after every step
+            work += steps * rollouts / cfg.skill_sd.group_size * cfg.skill_sd.summary_tokens / c.train_rate
+        stage(name, work)
+    bank_rollouts = counts["train_tasks"] * cfg.bank.samples_per_task
+    stage("build_bank", step_sampling(bank_rollouts))
+    stage("build_pool")
+    example = (c.teacher_s + c.composer_s) * c.train_tokens  # a bank entry's composer + teacher pass, with backward
+    measured = cfg.cold_start.eval_examples or bank_rollouts * 0.5
+    stage("cold_start", cfg.cold_start.steps * cfg.cold_start.batch_size * example
+          + 2 * measured * example * TEACHER_FORWARD_SHARE + counts["train_tasks"] * composer_forward)
+    for method in cfg.methods:
+        stage(f"eval@{method}", eval_s)
+    stage("eval_base_composer", eval_s + eval_tasks * composer_forward)
+
+    # An episode samples each step's tokens and reads its context once (prefix caching keeps what it has read).
+    episode_s = episode.steps * episode.step_tokens / c.train_rate + episode.context_tokens / c.prefill_rate
+    bank_episodes = min(agentic["train_tasks"], a.bank_task_limit or agentic["train_tasks"]) * a.bank_samples_per_task
+    stage("build_bank_agentic", bank_episodes * episode_s)
+    stage("build_pool_agentic")
+    entries = bank_episodes * episode.success
+    encode = (c.teacher_s + c.composer_s) * episode.steps * episode.step_tokens
+    stage("cold_start_agentic", cfg.cold_start.steps * min(cfg.cold_start.batch_size, entries) * encode
+          if entries >= 1 else 0.0)
+    for method in cfg.methods:
+        name = "train_lopd_agentic" if method == "lopd" else f"train_agentic@{method}"
+        if method == "vanilla":
+            stage(name)
+            continue
+        kind = "lopd" if method == "lopd" else "grpo"
+        teacher = c.update_s(method) / c.student_s if kind == "grpo" else 1.0  # a text teacher's share on top
+        update = shares["agentic"][method] * episode.steps * c.agentic_update_s[kind] * teacher
+        stage(name, a.steps * a.rollouts_per_step * (episode_s + update))
+    played = sum(agentic[name] for name in a.benchmarks)
+    for method in cfg.methods:
+        stage(f"eval_agentic@{method}", played * episode_s)
+    stage("eval_agentic_base_composer", played * (episode_s + composer_forward))
+    stage("latent_decode")
+    stage("report")
+    assumptions = [
+        f"training rollouts: {c.train_tokens:.0f} tokens on average; evaluation: "
+        + ", ".join(f"{b} {t:.0f}" for b, t in c.eval_tokens.items()),
+        f"agentic episodes: {episode.steps:.0f} steps (agentic.max_steps: unmeasured) of {episode.step_tokens:.0f} "
+        f"tokens, contexts of {episode.context_tokens:.0f} tokens (agentic_update.json), {episode.success:.0%} "
+        "succeed (tool_calls.json)",
+        f"trained rollouts: {share_note}",
+        f"validation: {cfg.data.validation_tasks} tasks at step 0, every {cfg.train.val_every} steps and the last",
+        f"a forward pass alone: {TEACHER_FORWARD_SHARE:.2f} of the measured pass with backward (text-context "
+        "teachers, the composer at evaluation and for anchors)",
+        f"cold start: {cfg.cold_start.steps} steps of {cfg.cold_start.batch_size} bank entries; agentic bank: "
+        f"{entries:.1f} successful episodes expected",
+        f"{processes} process(es) split rollouts and updates evenly; start-up ({c.startup_s:.0f} s a stage) does "
+        "not shrink",
+        *(f"{k}: {v}" for k, v in c.sources.items())]
+    return stage_s, {**counts, **{f"agentic.{k}": v for k, v in agentic.items()}}, assumptions
+
+
+def domain_of(stage: str) -> str:
+    return "agentic" if "agentic" in stage else "code"
+
+
+def check(predicted: dict[str, float]) -> dict:
+    """The estimate per domain against the recorded default run."""
+    recorded = read("default_run_wall_time.json")
+    domains: dict[str, dict] = {d: {"recorded_s": 0.0, "estimated_s": 0.0} for d in ("code", "agentic")}
+    for stage, entry in recorded["stages"].items():
+        domains[domain_of(stage)]["recorded_s"] += entry["seconds"]
+    for stage, seconds in predicted.items():
+        domains[domain_of(stage)]["estimated_s"] += seconds
+    for entry in domains.values():
+        entry["ratio"] = round(entry["estimated_s"] / entry["recorded_s"], 3)
+        entry["within_tolerance"] = abs(entry["ratio"] - 1) <= CHECK_TOLERANCE
+        entry["recorded_s"], entry["estimated_s"] = round(entry["recorded_s"]), round(entry["estimated_s"])
+    return {"recorded_run": recorded["written"], "tolerance": CHECK_TOLERANCE, "domains": domains}
+
+
+def machine_ratio() -> dict:
+    """How much slower this machine sampled than the one that recorded the default run, on the same batch: the
+    training step profile_rollouts.json times against the recorded GRPO run's first step (plots/train/grpo.json). A
+    diagnostic of the check only: the estimate never reads a recorded run."""
+    bench = read("profile_rollouts.json")["cpu"]["train_step"]
+    first = json.loads((REPO / "plots" / "train" / "grpo.json").read_text())[0]
+    recorded_s = first["time_sampling_s"] + first["time_reward_s"]
+    return {"bench_s": bench["wall_s"], "recorded_s": round(recorded_s, 1),
+            "bench_mean_tokens": bench["mean_tokens"], "recorded_mean_tokens": first["completions/mean_length"],
+            "ratio": round(bench["wall_s"] / recorded_s, 3)}
+
+
+def at_speed(costs: Costs, factor: float) -> Costs:
+    """`costs` with every sampling rate `factor` times as fast (prefill included)."""
+    return dataclasses.replace(costs, train_rate=costs.train_rate * factor,
+                               validation_rate=costs.validation_rate * factor,
+                               eval_rate={b: r * factor for b, r in costs.eval_rate.items()},
+                               prefill_rate=costs.prefill_rate * factor)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", default="cpu")
+    parser.add_argument("--gpus", type=int, default=1, help="processes: one per GPU (on a CPU, one)")
+    parser.add_argument("--gpu", choices=("cpu", *GPU_NAMES), default="cpu", help="the machine")
+    parser.add_argument("--mean-tokens", type=float, help="a training rollout's mean length, for a profile that "
+                                                          "profile_rollouts.json has not measured")
+    parser.add_argument("--eval-mean-tokens", type=float, help="the same for an evaluation completion")
+    parser.add_argument("--check", action="store_true", help="compare with the recorded default run")
+    args = parser.parse_args()
+    if args.gpus < 1:
+        sys.exit("error: --gpus: must be >= 1")
+    cfg = resolve({"profile": args.profile})
+    costs = cpu_costs(cfg, args.mean_tokens, args.eval_mean_tokens, on_gpu=args.gpu != "cpu")
+    if args.gpu != "cpu":
+        costs = gpu_costs(cfg, args.gpu, costs)
+    predicted, counts, assumptions = estimate(cfg, costs, args.gpus)
+    print(f"Estimated wall time of dvc repro: profile {cfg.profile}, {args.gpus} x {args.gpu}")
+    print("Assumptions (from reports/perf/ unless stated):")
+    print("".join(f"  - {line}\n" for line in assumptions), end="")
+    print("Work: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    width = max(map(len, predicted))
+    for stage, seconds in predicted.items():
+        print(f"  {stage:<{width}} {seconds / 60:8.1f} min")
+    for domain in ("code", "agentic"):
+        total = sum(s for stage, s in predicted.items() if domain_of(stage) == domain)
+        print(f"  {domain + ' domain':<{width}} {total / 3600:8.2f} h")
+    print(f"  {'total':<{width}} {sum(predicted.values()) / 3600:8.2f} h")
+    if args.check:
+        result = check(predicted)
+        machine = machine_ratio()
+        rescaled, _, _ = estimate(cfg, at_speed(costs, machine["ratio"]), args.gpus)
+        result["machine"] = {**machine, "note": "the same training batch, sampled here and in the recorded run"}
+        result["at_recorded_machine_speed"] = check(rescaled)["domains"]
+        (PERF / "estimate_check.json").write_text(json.dumps(result, indent=2) + "\n")
+        for domain, entry in result["domains"].items():
+            print(f"check {domain}: estimated {entry['estimated_s'] / 3600:.2f} h, recorded "
+                  f"{entry['recorded_s'] / 3600:.2f} h: x{entry['ratio']} "
+                  f"({'within' if entry['within_tolerance'] else 'outside'} +-{CHECK_TOLERANCE:.0%})")
+        print(f"this machine sampled the recorded run's first GRPO batch in {machine['bench_s']} s, the recording "
+              f"machine in {machine['recorded_s']} s (x{machine['ratio']}); at the recorded machine's sampling speed: "
+              + ", ".join(f"{d} x{e['ratio']}" for d, e in result["at_recorded_machine_speed"].items()))
+
+
+if __name__ == "__main__":
+    main()
