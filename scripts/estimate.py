@@ -93,6 +93,11 @@ class Costs:
         return self.student_s + self.teacher_s * TEACHER_FORWARD_SHARE  # a text-context teacher: forward only
 
 
+def rate(part: dict) -> float:
+    """Sampled tokens per second of a profile_rollouts.json part, its scoring left out."""
+    return part["sampled_tokens"] / (part["wall_s"] - part.get("scoring_s", 0))
+
+
 def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | None,
               on_gpu: bool = False) -> Costs:
     profiles, rollout, step_file, agentic, startup = (read(n) for n in (
@@ -108,7 +113,6 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
                  "(python scripts/bench_lopd_step.py)")
     model = model or "qwen2.5-coder-0.5b"  # on a GPU only its passes' ratios to the student's are used
     base = profiles.get(cfg.profile) or profiles["cpu"]  # rates of the engine on this CPU
-    rate = lambda part: part["sampled_tokens"] / (part["wall_s"] - part.get("scoring_s", 0))  # noqa: E731
     evals = {b: e for b, e in base["eval"].items() if isinstance(e, dict)}
     step = step_file["models"][model]["step"]
     tokens, passes = step["action_tokens"], step["passes_s"]
@@ -152,7 +156,7 @@ def gpu_costs(cfg: Config, gpu: str, cpu: Costs) -> Costs:
     update = updates[0]
     prompt = read("profile_rollouts.json")["cpu"]["train_step"]["mean_prompt_tokens"]
     steps = read("lopd_step.json")["models"]
-    step = steps.get(cfg.model.name, steps["qwen2.5-coder-0.5b"])
+    step = steps.get(cfg.model.name, steps["qwen2.5-coder-0.5b"])["step"]
     action = step["action_tokens"] / step["rollouts"]
     cpu_per_sequence_token = cpu.student_s * action / (action + prompt)
     per_action = (cpu.train_tokens + prompt) / cpu.train_tokens  # sequence tokens per trained action token

@@ -1,9 +1,12 @@
 """scripts/bench_gpu.py at tiny size on the CPU: every engine and update of the GPU benchmark runs (code paths)."""
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,7 +32,10 @@ def test_bench_gpu_runs_every_part_at_tiny_size(tmp_path):
             assert u[kind]["step_s"] > 0 and u[kind]["tokens_per_s"] > 0, (u["profile"], kind, u[kind])
 
 
-def test_bench_gpu_refuses_real_sizes_without_cuda():
-    proc = subprocess.run([sys.executable, "scripts/bench_gpu.py"], cwd=REPO, capture_output=True, text=True)
-    assert proc.returncode == 1 and proc.stderr.strip() == (
-        "bench_gpu: no CUDA device (--size tiny runs the code paths on a CPU)")
+def test_bench_gpu_refuses_real_sizes_without_cuda(monkeypatch):
+    spec = importlib.util.spec_from_file_location("bench_gpu", REPO / "scripts" / "bench_gpu.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setattr(sys, "argv", ["bench_gpu.py"])
+    with pytest.raises(SystemExit, match=r"^bench_gpu: no CUDA device \(--size tiny runs the code paths on a CPU\)$"):
+        bench.main()

@@ -3,7 +3,6 @@
 import importlib.util
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -88,13 +87,12 @@ def test_a_gpu_ten_times_faster_makes_sampling_and_updates_ten_times_shorter(est
         estimate.gpu_costs(cfg, "h100", cpu)
 
 
-def test_make_estimate_prints_every_stage_and_its_assumptions():
-    proc = subprocess.run([sys.executable, "scripts/estimate.py", "--profile", "cpu"], cwd=REPO, capture_output=True,
-                          text=True)
-    assert proc.returncode == 0, proc.stderr
-    out = proc.stdout
+def test_make_estimate_prints_every_stage_and_its_assumptions(estimate, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["estimate.py", "--profile", "cpu"])
+    estimate.main()
+    out = capsys.readouterr().out
     assert "Assumptions" in out and "training rollouts:" in out and "validation: 32 tasks" in out
     assert "train_lopd " in out and "eval_agentic_base_composer " in out and "code domain" in out
-    missing = subprocess.run([sys.executable, "scripts/estimate.py", "--profile", "paper"], cwd=REPO,
-                             capture_output=True, text=True)
-    assert missing.returncode == 1 and "no entry for profile paper" in missing.stderr
+    monkeypatch.setattr(sys, "argv", ["estimate.py", "--profile", "paper"])
+    with pytest.raises(SystemExit, match="no entry for profile paper"):
+        estimate.main()
