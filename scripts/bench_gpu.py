@@ -69,7 +69,7 @@ ROLLOUTS = [("qwen2.5-coder-0.5b", 16, 200, 384), ("qwen2.5-coder-0.5b", 64, 200
 """(architecture, prompts, prompt tokens, new tokens): issue 42's settings."""
 UPDATES = [("cpu", "qwen2.5-coder-0.5b", 200, 384), ("paper", "qwen3-4b", 1024, 16384)]
 """(profile, architecture, prompt tokens, response tokens): the profile's model and longest rollout."""
-TINY_SCALE = 16
+TINY_SCALE = 64
 """--size tiny divides prompts, lengths and item lengths by this (at least 2 each)."""
 
 
