@@ -172,6 +172,18 @@ def hits_stop_string(tails: Sequence[Sequence[int]], stop: Sequence[str],
     return [any(s in text for s in stop) for text in texts]
 
 
+def prompt_inputs(model: torch.nn.Module, ids_B_L: torch.Tensor, embeds: Sequence[torch.Tensor] | None
+                  ) -> dict[str, torch.Tensor]:
+    """The model's inputs for left-padded prompt ids: the ids, or, given each row's embeddings [len(prompt), D], the
+    embeddings with those rows in place (the pad positions keep their token embeddings: masked out either way)."""
+    if embeds is None:
+        return {"input_ids": ids_B_L}
+    embeds_B_L_D = model.get_input_embeddings()(ids_B_L)
+    for row, rows_L_D in enumerate(embeds):
+        embeds_B_L_D[row, ids_B_L.shape[1] - len(rows_L_D):] = rows_L_D.to(embeds_B_L_D.dtype)
+    return {"inputs_embeds": embeds_B_L_D}
+
+
 class HFBackend:
     """Batched sampling with a KV cache on any Hugging Face causal LM. Stop strings (`SamplingParams.stop`) need
     the `tokenizer` to decode sampled tokens; without stop strings nothing is decoded. `decoder`: a
@@ -263,13 +275,7 @@ class HFBackend:
         positions_B_L = (mask_B_L.cumsum(-1) - 1).clamp(min=0)
         capacity = width + params.max_new_tokens
         cache = Cache(layers=[_PreallocatedLayer(capacity) for _ in range(self.model.config.num_hidden_layers)])
-        inputs: dict[str, torch.Tensor] = {"input_ids": ids_B_L}
-        if embeds is not None:  # the pad positions keep their token embeddings (masked out either way)
-            embeds_B_L_D = self.model.get_input_embeddings()(ids_B_L)
-            for row, rows_L_D in enumerate(embeds):
-                embeds_B_L_D[row, width - len(rows_L_D):] = rows_L_D.to(embeds_B_L_D.dtype)
-            inputs = {"inputs_embeds": embeds_B_L_D}
-        out = self.model(**inputs, attention_mask=mask_B_L, position_ids=positions_B_L,
+        out = self.model(**prompt_inputs(self.model, ids_B_L, embeds), attention_mask=mask_B_L, position_ids=positions_B_L,
                          past_key_values=cache, use_cache=True, logits_to_keep=1)
         logits_B_V = out.logits[:, -1]
         next_pos_B = positions_B_L[:, -1] + 1

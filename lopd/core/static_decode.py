@@ -24,7 +24,7 @@ from transformers import AttentionInterface, PreTrainedTokenizerBase
 from transformers.cache_utils import Cache, DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from lopd.core.sampling import Completion, SamplingParams, hits_stop_string, stop_tail_tokens
+from lopd.core.sampling import Completion, SamplingParams, hits_stop_string, prompt_inputs, stop_tail_tokens
 
 STATIC_ATTENTION = "lopd_static"
 SYNC_EVERY = 16
@@ -265,14 +265,9 @@ class StaticDecoder:
         causal_W_W = torch.ones(width, width, dtype=torch.bool, device=device).tril()
         attend_B1WW = (causal_W_W & keep_B_W[:, None, :]) | torch.eye(width, dtype=torch.bool, device=device)
         positions_B_W = (keep_B_W.long().cumsum(-1) - 1).clamp(min=0)
-        inputs: dict[str, torch.Tensor] = {"input_ids": ids_B_W}
-        if embeds is not None:  # the pad positions keep their token embeddings (masked out either way)
-            embeds_B_W_D = self.model.get_input_embeddings()(ids_B_W)
-            for row, rows_L_D in enumerate(embeds):
-                embeds_B_W_D[row, width - len(rows_L_D):] = rows_L_D.to(embeds_B_W_D.dtype)
-            inputs = {"inputs_embeds": embeds_B_W_D}
         self.writer.positions = torch.arange(width, device=device)
-        logits_B_V = self.model(**inputs, attention_mask=attend_B1WW[:, None], position_ids=positions_B_W,
+        logits_B_V = self.model(**prompt_inputs(self.model, ids_B_W, embeds), attention_mask=attend_B1WW[:, None],
+                                position_ids=positions_B_W,
                                 past_key_values=self._cache(), use_cache=True, logits_to_keep=1).logits[:, -1]
         token_B, logprob_B = sample_inverse_cdf(logits_B_V, params, b.uniform_C_B[0])
         b.attend_B11C.zero_()
