@@ -27,7 +27,7 @@ GPU ?= cpu
 estimate: setup
 	python scripts/estimate.py --profile $(PROFILE) --gpus $(GPUS) --gpu $(GPU) $(ARGS)
 
-# On one GPU, ~3 min: rollout engines against the bandwidth bound, update steps in tokens/s and MFU, peak memory at
+# On one GPU (sized for under 5 min): rollout engines against the bandwidth bound, update steps in tokens/s and MFU, peak memory at
 # the paper's length (scripts/bench_gpu.py; writes reports/perf/gpu.json).
 bench-gpu: setup
 	python scripts/bench_gpu.py $(ARGS)

@@ -1,4 +1,4 @@
-"""GPU benchmark -> reports/perf/gpu.json (`make bench-gpu`; about 3 minutes on one H200).
+"""GPU benchmark -> reports/perf/gpu.json (`make bench-gpu`; sized for under 5 minutes on one GPU; not yet run on one).
 
 Random weights of real architectures (conf/architectures/*.json: Qwen2.5-Coder-0.5B, the cpu profile's model, and
 Qwen3-4B, the paper's; their config.json's architecture fields), built on the device from the config: no hub, no

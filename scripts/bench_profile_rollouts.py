@@ -49,7 +49,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="cpu")
     parser.add_argument("--eval-tasks", type=int, default=64,
-                        help="tasks per code benchmark, sampled at once as the evaluation does (concurrency sets the rate)")
+                        help="tasks per code benchmark, sampled at once as the evaluation does (the concurrency sets "
+                             "the rate)")
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args()
     if not (BASE_MODEL_DIR / "config.json").exists():
@@ -83,7 +84,8 @@ def main() -> None:
         except NotAvailable as err:
             result["eval"][benchmark] = str(err)
             continue
-        summary = evaluate_benchmark(cfg, "bench", benchmark, bench, backend, tokenizer, None, PartialState())["summary"]
+        scored = evaluate_benchmark(cfg, "bench", benchmark, bench, backend, tokenizer, None, PartialState())
+        summary = scored["summary"]
         result["eval"][benchmark] = {**part(summary["sampling_s"] + summary["scoring_s"], summary["generated_tokens"],
                                             summary["n_tasks"]), "scoring_s": summary["scoring_s"]}
     out = Path(args.out)

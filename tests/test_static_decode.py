@@ -135,7 +135,8 @@ def test_static_decode_stop_string_straddling_tokens(peaked_model_dir, tokenizer
 
 @pytest.fixture(scope="module")
 def peaked_model_dir(tiny_model_dir, tmp_path_factory):
-    """tiny-random with a wider init (std 0.2), saved: its greedy text is varied words (test_sampling's peaked_model)."""
+    """tiny-random with a wider init (std 0.2), saved: its greedy text is varied words (as test_sampling's
+    peaked_model)."""
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     torch.manual_seed(0)

@@ -275,8 +275,8 @@ class HFBackend:
         positions_B_L = (mask_B_L.cumsum(-1) - 1).clamp(min=0)
         capacity = width + params.max_new_tokens
         cache = Cache(layers=[_PreallocatedLayer(capacity) for _ in range(self.model.config.num_hidden_layers)])
-        out = self.model(**prompt_inputs(self.model, ids_B_L, embeds), attention_mask=mask_B_L, position_ids=positions_B_L,
-                         past_key_values=cache, use_cache=True, logits_to_keep=1)
+        out = self.model(**prompt_inputs(self.model, ids_B_L, embeds), attention_mask=mask_B_L,
+                         position_ids=positions_B_L, past_key_values=cache, use_cache=True, logits_to_keep=1)
         logits_B_V = out.logits[:, -1]
         next_pos_B = positions_B_L[:, -1] + 1
         decode_start = time.perf_counter()
