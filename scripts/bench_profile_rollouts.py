@@ -11,7 +11,7 @@ it, timed end to end (sampling and the sandbox's scoring):
   benchmark runs faster than this sample).
 Each records its wall time, sampled tokens and mean completion length: what a rollout costs and how long it is at the
 profile's budget, which the engines' token rates (rollout.json, gpu.json) do not say.
-Run: python scripts/bench_profile_rollouts.py [--profile cpu] [--eval-tasks 64]  (about 12 minutes on 2 cores)
+Run: python scripts/bench_profile_rollouts.py [--profile cpu] [--eval-tasks 64]  (13 minutes on 2 cores)
 """
 
 from __future__ import annotations
