@@ -1,0 +1,59 @@
+"""The documents people read: every relative link resolves, every `make` target named exists, and the citation is
+well-formed."""
+
+import re
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+DOCUMENTS = [REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").glob("*.md"))]
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def github_anchor(heading: str) -> str:
+    """The id GitHub gives a heading: lower case, punctuation dropped (hyphens and underscores kept), spaces to '-'."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    return {github_anchor(line.lstrip("#")) for line in path.read_text().splitlines() if line.startswith("#")}
+
+
+def test_github_anchor_matches_githubs_rule():
+    assert github_anchor(" Scale: GPUs, several processes, vLLM") == "scale-gpus-several-processes-vllm"
+    assert github_anchor("Results (cpu profile)") == "results-cpu-profile"
+
+
+def test_every_relative_link_resolves():
+    broken = []
+    for document in DOCUMENTS:
+        for target in LINK.findall(document.read_text()):
+            if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
+                continue
+            path, _, anchor = target.partition("#")
+            resolved = (document.parent / path).resolve() if path else document
+            if not resolved.exists():
+                broken.append(f"{document.name}: {target} (no {path})")
+            elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
+                broken.append(f"{document.name}: {target} (no heading #{anchor})")
+    assert not broken, "\n".join(broken)
+
+
+def test_every_make_target_the_readme_names_exists():
+    targets = set()
+    for line in (REPO / "Makefile").read_text().splitlines():
+        if match := re.match(r"^([\w-]+(?: [\w-]+)*):(?!=)", line):
+            targets.update(match.group(1).split())
+    named = set(re.findall(r"`make ([\w-]+)", (REPO / "README.md").read_text()))
+    named |= set(re.findall(r"^make ([\w-]+)", (REPO / "README.md").read_text(), re.MULTILINE))
+    assert named and named <= targets, sorted(named - targets)
+
+
+def test_the_citation_names_the_paper_and_its_authors():
+    citation = yaml.safe_load((REPO / "CITATION.cff").read_text())
+    paper = citation["preferred-citation"]
+    assert citation["cff-version"] == "1.2.0" and citation["license"] == "Apache-2.0"
+    assert paper["title"] == "Latent On-Policy Self-Distillation" and len(paper["authors"]) == 7
+    assert (REPO / "LICENSE").read_text().lstrip().startswith("Apache License")
