@@ -57,3 +57,16 @@ def test_the_citation_names_the_paper_and_its_authors():
     assert citation["cff-version"] == "1.2.0" and citation["license"] == "Apache-2.0"
     assert paper["title"] == "Latent On-Policy Self-Distillation" and len(paper["authors"]) == 7
     assert (REPO / "LICENSE").read_text().lstrip().startswith("Apache License")
+
+
+def test_committed_outputs_name_no_machines_absolute_path():
+    """Tables, metrics, plots, results and perf reports print paths relative to the repository (or data.shared_dir):
+    a checkout's absolute path in one of them names the machine that recorded it."""
+    import subprocess
+
+    listed = subprocess.run(["git", "ls-files", "reports", "results", "metrics", "plots"], cwd=REPO,
+                            capture_output=True, text=True, check=True).stdout.split()
+    absolute = re.compile(r"(?<![\w.~])/(?:home|root|work|tmp|Users|mnt|opt)/")
+    named = [f for f in listed if f.endswith((".md", ".json", ".jsonl", ".csv", ".txt"))
+             and absolute.search((REPO / f).read_text(errors="replace"))]
+    assert len(listed) > 100 and not named, named
