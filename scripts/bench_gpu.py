@@ -320,28 +320,30 @@ def update_rates(profile: str, name: str, prompt_len: int, response_len: int, ti
             result["peak_GiB"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
         return result
 
+    def one(kind: str) -> dict:
+        """Build the student (and LOPD's composer) and measure one update kind; they are freed on return."""
+        model = student()
+        if kind == "lopd":
+            scale = TINY_SCALE if tiny else 1
+            composer = Composer(build(config, torch.float32, "sdpa"), ItemTokenizer(
+                config.vocab_size, 64 // scale, cfg.composer.max_item_tokens // scale), cfg.composer,
+                cfg.latent_tokens).to(device())
+            for param_name, p in composer.named_parameters():
+                p.requires_grad_("lora_" in param_name or param_name.startswith("qformer."))
+            optimizer = torch.optim.AdamW([{"params": list(model.parameters())}, {
+                "params": [p for p in composer.parameters() if p.requires_grad], "lr": cfg.lopd.composer_lr}],
+                lr=cfg.train.lr, foreach=device().type != "cpu")
+            return measure(lambda: lopd_update(model, composer, optimizer, accelerator, cfg, rows, 16))
+        method = GRPO(cfg.grpo)
+        optimizer = policy_optimizer(model, method, cfg)
+        if kind == "plain":
+            return measure(lambda: plain_step(model, optimizer))
+        return measure(lambda: update(model, optimizer, accelerator, method, rows, 0, cfg))
+
     for kind in ("plain", "grpo", "lopd"):
         empty_cache()
         try:
-            model = student()
-            if kind == "lopd":
-                composer = Composer(build(config, torch.float32, "sdpa"), ItemTokenizer(
-                    config.vocab_size, 64 // (TINY_SCALE if tiny else 1), cfg.composer.max_item_tokens // (
-                        TINY_SCALE if tiny else 1)), cfg.composer, cfg.latent_tokens).to(device())
-                for param_name, p in composer.named_parameters():
-                    p.requires_grad_("lora_" in param_name or param_name.startswith("qformer."))
-                optimizer = torch.optim.AdamW([{"params": list(model.parameters())}, {
-                    "params": [p for p in composer.parameters() if p.requires_grad], "lr": cfg.lopd.composer_lr}],
-                    lr=cfg.train.lr, foreach=device().type != "cpu")
-                out[kind] = measure(lambda: lopd_update(model, composer, optimizer, accelerator, cfg, rows, 16))
-                del composer
-            else:
-                method = GRPO(cfg.grpo)
-                optimizer = policy_optimizer(model, method, cfg)
-                run = (lambda: plain_step(model, optimizer)) if kind == "plain" else (
-                    lambda: update(model, optimizer, accelerator, method, rows, 0, cfg))
-                out[kind] = measure(run)
-            del model, optimizer
+            out[kind] = one(kind)
         except torch.OutOfMemoryError as error:
             out[kind] = {"error": f"out of memory: {str(error).splitlines()[0]}"}
     return out
