@@ -115,13 +115,18 @@ def device_rates(tiny: bool) -> tuple[dict, float, float]:
             copy_bps, flops)
 
 
+def parameter_count(config) -> int:
+    """Parameters of `config`'s architecture (counted on the meta device: nothing allocated)."""
+    with torch.device("meta"):
+        return sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+
+
 def decode_bytes(config, dtype: torch.dtype, rows: int, context: float) -> float:
     """Bytes one decode step reads: the weights (the input embedding only where untied: one row per token) and each
     row's keys and values at mean length `context`."""
     width = torch.finfo(dtype).bits // 8
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    with torch.device("meta"):
-        params = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+    params = parameter_count(config)
     if not config.tie_word_embeddings:
         params -= config.vocab_size * config.hidden_size
     kv = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * width
@@ -285,8 +290,7 @@ def update_rates(profile: str, name: str, prompt_len: int, response_len: int, ti
     tokens = len(rows) * (prompt_len + response_len)
     AcceleratorState._reset_state()  # the profiles differ in mixed precision, which accelerate fixes per process
     accelerator = Accelerator(cpu=device().type == "cpu", mixed_precision=cfg.train.mixed_precision)
-    with torch.device("meta"):
-        n_params = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+    n_params = parameter_count(config)
     out = {"profile": profile, "architecture": name, "sequences": len(rows), "micro_batch": micro,
            "sequence_tokens": prompt_len + response_len,
            "mixed_precision": cfg.train.mixed_precision, "activation_checkpointing": cfg.train.activation_checkpointing,

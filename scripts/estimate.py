@@ -178,19 +178,17 @@ def gpu_costs(cfg: Config, gpu: str, cpu: Costs) -> Costs:
                  "sandbox, start-up": "this CPU's"})
 
 
-def signal_shares(cfg: Config) -> tuple[dict[str, dict[str, float]], str]:
+def signal_shares(cfg: Config, p: float) -> tuple[dict[str, dict[str, float]], str]:
     """Per domain, the share of a step's rollouts each method trains on (the rest carry no gradient and are
     skipped): GRPO and Skill-SD's PPO part need a group of mixed rewards, SDPO a successful sibling; OPSD, SDFT and
     LOPD train on every rollout. Code: GRPO's share as rollout.json's GRPO step measured it (SDPO's taken equal).
-    Agentic: from the success rate of tool_calls.json's episodes."""
+    Agentic: from `p`, the success rate of an episode."""
     mixed_code = read("rollout.json")["grpo_step"]["trained_fraction"]
-    ended = read("tool_calls.json")["episodes"]["ended"]
-    p = ended.get("completed", 0) / sum(ended.values())
     mixed = 1 - p ** cfg.grpo.group_size - (1 - p) ** cfg.grpo.group_size
     sibling = 1 - (1 - p) ** (cfg.sdpo.group_size - 1)
     every = {"opsd": 1.0, "sdft": 1.0, "lopd": 1.0}
     note = (f"code: {mixed_code:.0%} of GRPO's rollouts carry a gradient (rollout.json; SDPO, Skill-SD alike); "
-            f"agentic: {p:.0%} of episodes succeed (tool_calls.json): {mixed:.0%} of groups mixed, {sibling:.0%} "
+            f"agentic: {p:.0%} of episodes succeed: {mixed:.0%} of groups mixed, {sibling:.0%} "
             f"with a successful sibling; OPSD, SDFT, LOPD: all")
     return {"code": {"grpo": mixed_code, "skill_sd": mixed_code, "sdpo": mixed_code, **every},
             "agentic": {"grpo": mixed, "skill_sd": mixed, "sdpo": sibling, **every}}, note
@@ -254,8 +252,8 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
     """Seconds per stage of the DAG, the counts behind them, and the assumptions made."""
     counts = code_counts(cfg)
     agentic = agentic_counts(cfg)
-    shares, share_note = signal_shares(cfg)
     episode = episodes(cfg)
+    shares, share_note = signal_shares(cfg, episode.success)
     a, c, share = cfg.agentic, costs, 1 / processes
     stage_s: dict[str, float] = {}
 

@@ -78,15 +78,22 @@ class RolloutBackend(Protocol):
         """Undo `sleep` before the next `load_weights` or `generate`."""
 
 
-def sample_next(logits_B_V: torch.Tensor, params: SamplingParams, generator: torch.Generator
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one token per row with temperature, top-k then top-p; return (tokens_B, logprobs_B)."""
+def top_k_top_p(logits_B_V: torch.Tensor, params: SamplingParams
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The distribution a token is drawn from: (log softmax(z / T) of the top-k tokens over the full vocabulary,
+    their ids, and their renormalised probabilities with those outside the nucleus set to 0), sorted descending."""
     logp_B_V = torch.log_softmax(logits_B_V.float() / params.temperature, dim=-1)
     top_logp_B_K, top_ids_B_K = torch.topk(logp_B_V, min(params.top_k, logp_B_V.shape[-1]), dim=-1)
     probs_B_K = torch.softmax(top_logp_B_K, dim=-1)
     # Nucleus over the top-k (sorted descending): keep a token if the mass before it is < top_p.
     mass_before_B_K = torch.cumsum(probs_B_K, dim=-1) - probs_B_K
-    probs_B_K = probs_B_K.masked_fill(mass_before_B_K >= params.top_p, 0.0)
+    return top_logp_B_K, top_ids_B_K, probs_B_K.masked_fill(mass_before_B_K >= params.top_p, 0.0)
+
+
+def sample_next(logits_B_V: torch.Tensor, params: SamplingParams, generator: torch.Generator
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row with temperature, top-k then top-p; return (tokens_B, logprobs_B)."""
+    top_logp_B_K, top_ids_B_K, probs_B_K = top_k_top_p(logits_B_V, params)
     choice_B = torch.multinomial(probs_B_K, 1, generator=generator).squeeze(-1)
     rows = torch.arange(choice_B.shape[0], device=choice_B.device)
     return top_ids_B_K[rows, choice_B], top_logp_B_K[rows, choice_B]

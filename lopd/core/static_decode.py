@@ -1,11 +1,11 @@
 """The HF backend's decode for a GPU: a static KV cache and one captured CUDA graph per decode step.
 
 The CPU loop in lopd/core/sampling.py syncs with the host after every token and shrinks its batch as rows finish:
-cheap on a CPU, launch-bound on a GPU (1-5% of an H200's memory bandwidth, README: Performance). Here every tensor a
-decode step touches keeps its shape (rows B, cache capacity C) and address, so the whole step (forward, sampling,
-bookkeeping) is captured once as a CUDA graph and replayed: one launch per token. The host reads the sampled tokens
-every `SYNC_EVERY` steps to see which rows stopped; rows that stopped decode on, and their extra tokens are dropped
-(a decode step reads the weights once for any number of rows, so it costs about the same).
+cheap on a CPU, launch-bound on a GPU (1-5% of an H200's memory bandwidth: README, The HF backend on a GPU). Here
+every tensor a decode step touches keeps its shape (rows B, cache capacity C) and address, so the whole step (forward,
+sampling, bookkeeping) is captured once as a CUDA graph and replayed: one launch per token. The host reads the sampled
+tokens every `SYNC_EVERY` steps to see which rows stopped; rows that stopped decode on, and their extra tokens are
+dropped (a decode step reads the weights once for any number of rows, so it costs about the same).
 
 Randomness: one uniform per (step, row), drawn up front from the seeded generator; a row's token is the inverse CDF
 of its top-k / top-p distribution at its uniform, so a row's sample depends on its own logits and uniforms alone.
@@ -24,7 +24,8 @@ from transformers import AttentionInterface, PreTrainedTokenizerBase
 from transformers.cache_utils import Cache, DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from lopd.core.sampling import Completion, SamplingParams, hits_stop_string, prompt_inputs, stop_tail_tokens
+from lopd.core.sampling import (Completion, SamplingParams, hits_stop_string, prompt_inputs, stop_tail_tokens,
+                                 top_k_top_p)
 
 STATIC_ATTENTION = "lopd_static"
 SYNC_EVERY = 16
@@ -41,16 +42,11 @@ def sample_inverse_cdf(logits_B_V: torch.Tensor, params: SamplingParams, uniform
     """One token per row with temperature, top-k then top-p, chosen by the inverse CDF at `uniform_B` (in [0, 1));
     return (tokens_B, logprobs_B) with log-probs of softmax(z / T) over the full vocabulary. No host sync and no
     random-number generator inside: a CUDA graph can hold it."""
-    logp_B_V = torch.log_softmax(logits_B_V.float() / params.temperature, dim=-1)
-    top_logp_B_K, top_ids_B_K = torch.topk(logp_B_V, min(params.top_k, logp_B_V.shape[-1]), dim=-1)
-    probs_B_K = torch.softmax(top_logp_B_K, dim=-1)
-    # Nucleus over the top-k (sorted descending): keep a token if the mass before it is < top_p; the kept tokens are
-    # a prefix of the top-k.
-    mass_before_B_K = torch.cumsum(probs_B_K, dim=-1) - probs_B_K
-    kept_B_K = mass_before_B_K < params.top_p
-    cdf_B_K = torch.cumsum(probs_B_K * kept_B_K, dim=-1)
+    top_logp_B_K, top_ids_B_K, probs_B_K = top_k_top_p(logits_B_V, params)
+    cdf_B_K = torch.cumsum(probs_B_K, dim=-1)
     choice_B1 = torch.searchsorted(cdf_B_K, uniform_B[:, None] * cdf_B_K[:, -1:], right=True)
-    choice_B1 = torch.minimum(choice_B1, kept_B_K.sum(-1, keepdim=True) - 1)  # u * total rounded up to total
+    # u * total rounded up to total: the last token with mass (those with mass are a prefix, sorted descending)
+    choice_B1 = torch.minimum(choice_B1, (probs_B_K > 0).sum(-1, keepdim=True) - 1)
     return top_ids_B_K.gather(-1, choice_B1).squeeze(-1), top_logp_B_K.gather(-1, choice_B1).squeeze(-1)
 
 
