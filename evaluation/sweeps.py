@@ -88,7 +88,7 @@ from the cache (a shorter cold start would re-run in every point: DVC's run cach
 outputs, and the cold start persists its progress to resume). Fig. 5: every K and n_ret needs its own cold start
 (4 steps, a third of the default's), so LOPD gets 2 steps (32 rollouts). The points of a figure share its budget, so
 they compare with each other (not with the default run or the other figure); other profiles run their own steps.
-The README gives the cost."""
+docs/experiments.md gives the cost."""
 
 
 def figure_domain(profile: str) -> str:

@@ -200,7 +200,7 @@ def vllm_rate(config, prompts, params: SamplingParams, tokenizer_dir: str | None
     if not vllm_available():
         return "n/a: vllm is not installed"
     if device().type != "cuda":
-        return "n/a: measured on CUDA only (README: Rollout backends has the CPU comparison)"
+        return "n/a: measured on CUDA only (docs/performance.md has the CPU comparison)"
     if tokenizer_dir is None:
         return "n/a: the engine needs a tokenizer folder (--tokenizer DIR)"
     from transformers import AutoTokenizer

@@ -188,11 +188,13 @@ def test_every_registered_method_has_a_params_section():
 
 
 def test_every_override_the_readme_documents_composes_and_validates():
-    """Each `-S key=value` in the README, composed as `dvc exp run` would (cpu profile), gives a valid config."""
+    """Each `-S key=value` in the README and docs/, composed as `dvc exp run` would (cpu profile), gives a valid
+    config."""
     import re
 
-    readme = (REPO_ROOT / "README.md").read_text()
-    overrides = sorted({o for o in re.findall(r"-S (\S+?=[^\s`]+)", readme) if "…" not in o and o != "key=value"})
+    documents = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+    text = "\n".join(document.read_text() for document in documents)
+    overrides = sorted({o for o in re.findall(r"-S (\S+?=[^\s`]+)", text) if "…" not in o and o != "key=value"})
     assert len(overrides) >= 15, overrides
     envscaler = [o for o in overrides if o.startswith("agentic.envscaler_")]  # documented as a pair
     for override in overrides:

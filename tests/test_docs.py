@@ -70,3 +70,28 @@ def test_committed_outputs_name_no_machines_absolute_path():
     named = [f for f in listed if f.endswith((".md", ".json", ".jsonl", ".csv", ".txt"))
              and absolute.search((REPO / f).read_text(errors="replace"))]
     assert len(listed) > 100 and not named, named
+
+
+def test_every_source_file_the_documents_name_exists():
+    """A source file named in the README or docs/ (`lopd/latent/composer.py`, `conf/profile/cpu.yaml`; `{a,b}` lists
+    expanded) exists. Outputs and the placeholders of how-tos (`baselines/mymethod.py`) are not source files."""
+    source = ("lopd/", "baselines/", "evaluation/", "pipelines/", "scripts/", "tests/", "conf/")
+    named = set()
+    for document in DOCUMENTS:
+        for path in re.findall(r"`([\w./{},-]+\.(?:py|yaml|json|jsonl|sh))`", document.read_text()):
+            if not path.startswith(source) or "mymethod" in path or "NAME" in path:
+                continue
+            if match := re.match(r"(.*)\{([^}]*)\}(.*)", path):
+                named.update(match.group(1) + part + match.group(3) for part in match.group(2).split(","))
+            else:
+                named.add(path)
+    missing = sorted(path for path in named if not (REPO / path).exists())
+    assert len(named) > 40 and not missing, missing
+
+
+def test_the_profile_table_lists_every_profile():
+    """docs/configuration.md's profile table has one row per `conf/profile/*.yaml`, in the profiles' own names."""
+    text = (REPO / "docs" / "configuration.md").read_text()
+    table = text[text.index("| profile | model |"):].split("\n\n")[0]
+    rows = re.findall(r"^\| `(\w+)`", table, re.MULTILINE)
+    assert sorted(rows) == sorted(path.stem for path in (REPO / "conf" / "profile").glob("*.yaml"))

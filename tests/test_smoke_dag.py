@@ -68,7 +68,7 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     _run(["git", "add", "-A"], repo, env)
     _run(["git", "commit", "-qm", "copy"], repo, env)
 
-    # a fresh clone has no outputs: the dry run lists every stage and runs nothing (see README on DVC's plain --dry)
+    # a fresh clone has no outputs: the dry run lists every stage and runs nothing (docs/experiments.md: Dry runs)
     stages = set(_run(["dvc", "stage", "list", "--name-only"], repo, env).split())
     dry = _run(["dvc", "repro", "--dry", "--force-downstream"], repo, env)
     assert set(re.findall(r"Running stage '([^']+)'", dry)) == stages and not (repo / "models").exists()

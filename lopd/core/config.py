@@ -99,7 +99,7 @@ class SamplingConfig:
     """Rollout engine: hf (the hand-written KV-cache decode loop, lopd/core/sampling.py) | vllm (an in-process vLLM
     engine per training process: continuous batching, prefix caching; lopd/core/vllm_backend.py) | auto (vllm on a GPU
     when it is installed, whatever the process count; else hf: on this project's CPU, hf is the faster at the cpu
-    profile's bf16; README, Rollout backends)."""
+    profile's bf16; docs/scale.md, Rollout backends)."""
     gpu_memory_utilization: float = 0.5
     """vllm on CUDA: the share of GPU memory the engine may take for weights and KV cache while it samples (the trainer
     shares the GPU; the engine sleeps, freeing it, during updates)."""
@@ -143,7 +143,7 @@ class TrainConfig:
     AdamW state stay in float32 (master weights); the vocabulary projection of the loss runs in float32."""
     micro_batch_size: int = 1
     """Trajectories per forward/backward pass; gradients accumulate to one optimizer step. The paper's 16k-token
-    rollouts of a 4B model take one per pass (README: memory at paper scale); the cpu and smoke profiles batch 8."""
+    rollouts of a 4B model take one per pass (docs/scale.md: Memory at paper scale); the cpu and smoke profiles batch 8."""
     loss_chunk_size: int = 1024
     """Action positions per chunk when computing log-probs over the vocabulary."""
     activation_checkpointing: bool = True

@@ -1,7 +1,7 @@
 """The HF backend's decode for a GPU: a static KV cache and one captured CUDA graph per decode step.
 
 The CPU loop in lopd/core/sampling.py syncs with the host after every token and shrinks its batch as rows finish:
-cheap on a CPU, launch-bound on a GPU (1-5% of an H200's memory bandwidth: README, The HF backend on a GPU). Here
+cheap on a CPU, launch-bound on a GPU (1-5% of an H200's memory bandwidth: docs/scale.md, The HF backend on a GPU). Here
 every tensor a decode step touches keeps its shape (rows B, cache capacity C) and address, so the whole step (forward,
 sampling, bookkeeping) is captured once as a CUDA graph and replayed: one launch per token. The host reads the sampled
 tokens every `SYNC_EVERY` steps to see which rows stopped; rows that stopped decode on, and their extra tokens are
