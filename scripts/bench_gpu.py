@@ -54,7 +54,8 @@ from baselines.grpo import GRPO  # noqa: E402
 from lopd.core.config import resolve  # noqa: E402
 from lopd.core.device import device  # noqa: E402
 from lopd.core.loop import micro_batches, policy_optimizer, policy_outputs, update  # noqa: E402
-from lopd.core.losses import TopkTailReverseKL, chunked_distillation, lopd_loss  # noqa: E402
+from lopd.core.losses import TopkTailReverseKL, chunked_distillation  # noqa: E402
+from lopd.latent.losses import lopd_loss  # noqa: E402
 from lopd.core.sampling import ROLLOUT_ATTENTION, Completion, HFBackend, SamplingParams  # noqa: E402
 from lopd.core.static_decode import STATIC_ATTENTION, StaticDecoder  # noqa: E402
 from lopd.core.trajectory import Trajectory, Turn, collate, with_prompt  # noqa: E402

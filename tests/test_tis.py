@@ -10,9 +10,9 @@ import torch
 from baselines.grpo import GRPO
 from baselines.sdft import SDFT
 from lopd.core.config import Config, ConfigError, GRPOConfig, resolve
-from lopd.core.losses import (distillation_loss, forward_kl, lopd_loss, ppo_clip_loss, token_logprobs,
-                              truncated_is_weights)
+from lopd.core.losses import (distillation_loss, forward_kl, ppo_clip_loss, token_logprobs, truncated_is_weights)
 from lopd.core.methods import PolicyOutputs
+from lopd.latent.losses import lopd_loss
 
 CAP = 2.0
 

@@ -1,6 +1,7 @@
 """The one on-policy loop every method shares.
 
-tasks -> batched sampling and scoring (a domain's `Rollouts`: single-turn or multi-turn episodes) -> method loss -> AdamW step -> weight sync.
+tasks -> batched sampling and scoring (a domain's `Rollouts`: single-turn or multi-turn episodes) -> method loss
+-> AdamW step -> weight sync. `train` is `setup`, then `train_step` per step, then `finish` (torchtune's recipe shape).
 Training runs under `accelerate` on the accelerator's device (`lopd.core.device`). Under `accelerate launch` or
 torchrun each process rolls out its own equal share of the step's tasks; DDP averages the policy's gradients, the loop
 averages the method's own (LOPD's composer), reduces the step's metrics over processes before the method's dual and
@@ -19,8 +20,9 @@ from __future__ import annotations
 
 import random
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from accelerate import Accelerator
@@ -31,8 +33,17 @@ from torch.distributed.tensor import DTensor
 from lopd.core import checkpoint
 from lopd.core.config import Config
 from lopd.core.device import deterministic_kernels, device, release_freed_memory
-from lopd.core.distributed import (check_split, full_optimizer_state, full_parameters, full_state_dict,
-                                   load_full_optimizer_state, output_weight, reduce_metrics, shard, unwrap)
+from lopd.core.distributed import (
+    check_split,
+    full_optimizer_state,
+    full_parameters,
+    full_state_dict,
+    load_full_optimizer_state,
+    output_weight,
+    reduce_metrics,
+    shard,
+    unwrap,
+)
 from lopd.core.losses import chunked_entropy
 from lopd.core.methods import Method, MethodContext, PolicyOutputs
 from lopd.core.models import load_model, load_tokenizer
@@ -102,9 +113,9 @@ def validate(backend, tokenizer, collect: Rollouts, tasks: Sequence[Task], max_n
 
 
 def policy_optimizer(model: torch.nn.Module, method: Method, cfg: Config) -> torch.optim.AdamW:
-    """AdamW over the policy (the first group, at the method's lr) and the method's own parameters. On CPU it updates one
-    tensor at a time: the fused multi-tensor path allocates temporaries the size of all the parameters at once, which
-    the CPU's memory (not its speed) cannot spare."""
+    """AdamW over the policy (the first group, at the method's lr) and the method's own parameters. On CPU it updates
+    one tensor at a time: the fused multi-tensor path allocates temporaries the size of all the parameters at once,
+    which the CPU's memory (not its speed) cannot spare."""
     return torch.optim.AdamW([{"params": list(model.parameters())}, *method.param_groups()], lr=method.lr(cfg),
                              weight_decay=cfg.train.weight_decay, foreach=device().type != "cpu")
 
@@ -165,6 +176,38 @@ def update(model, optimizer, accelerator: Accelerator, method: Method, trajector
     return reduce_metrics(totals, action_tokens) if not single else totals
 
 
+@dataclass
+class Run:
+    """What a training run holds between its steps: built by `setup`, advanced by `train_step`, closed by `finish`."""
+    cfg: Config
+    method: Method
+    accelerator: Accelerator
+    tokenizer: Any
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    backend: Any
+    out_dir: Path
+    fingerprint: dict[str, str]
+    steps: int
+    tasks_per_step: int
+    resumed: checkpoint.Checkpoint | None
+    start_step: int = 0
+    history: list[dict] = field(default_factory=list)
+    validated: list[dict] = field(default_factory=list)
+
+    @property
+    def rank(self) -> int:
+        return self.accelerator.process_index
+
+    @property
+    def world(self) -> int:
+        return self.accelerator.num_processes
+
+    def log(self, line: str) -> None:
+        if self.accelerator.is_main_process:
+            write(line)
+
+
 def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts, base_dir: str | Path,
           out_dir: str | Path, tracker: Tracker | None = None,
           stage_modules: Sequence[str] = (checkpoint.STAGE_MODULE,), validation: Sequence[Task] = ()) -> dict:
@@ -178,12 +221,37 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
     if not method.trains:
         checkpoint.write_manifest(out_dir, method.name, 0, weights="base")
         return {"history": [], "validation": []}
+    run = setup(cfg, method, tasks, base_dir, out_dir, stage_modules)
+    run.log(f"[{method.name}] training on {device()} x {run.world} process(es), rollouts by "
+            f"{type(run.backend).__name__}")
+    if validation and run.start_step == 0:
+        validate_run(run, collect, validation, 0, tracker)
+    bar = progress(desc=f"train {method.name}", total=run.steps, initial=run.start_step, unit="step")
+    for step in range(run.start_step, run.steps):
+        metrics, seconds = train_step(run, collect, tasks, step)
+        run.history.append({"step": step + 1, **metrics})
+        if tracker:
+            tracker.log_metrics(metrics, step=step + 1)
+        bar.update(1)
+        run.log(f"[{method.name}] step {step + 1}/{run.steps} reward {metrics['reward']:.3f} loss "
+                f"{metrics['loss']:.4f} ({seconds:.1f}s)")
+        if validation and ((step + 1) % cfg.train.val_every == 0 or step + 1 == run.steps):
+            validate_run(run, collect, validation, step + 1, tracker)
+        if (step + 1) % cfg.train.save_every == 0 or step + 1 == run.steps:
+            save_run(run, step + 1)
+    bar.close()
+    finish(run)
+    return {"history": run.history, "validation": run.validated}
 
+
+def setup(cfg: Config, method: Method, tasks: Sequence[Task], base_dir: str | Path, out_dir: Path,
+          stage_modules: Sequence[str]) -> Run:
+    """Everything a run needs before its first step: the student (from the checkpoint to resume, if one matches),
+    the method, AdamW, the accelerator's wrapping and the rollout engine."""
     accelerator = Accelerator(cpu=device().type == "cpu", mixed_precision=cfg.train.mixed_precision)
     tasks_per_step = cfg.train.rollouts_per_step // method.rollouts_per_task
     check_split(tasks_per_step, accelerator.num_processes)
     tokenizer = load_tokenizer(base_dir)
-    start_step, history, validated = 0, [], []
     steps = method.steps(cfg)
     fingerprint = checkpoint.fingerprint(cfg, method, base_dir, stage_modules)
     resumed = checkpoint.load(out_dir)
@@ -191,114 +259,138 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
         print(f"{out_dir}: {reason}; starting fresh")
         resumed = None
     start_dir = resumed.model_dir if resumed else base_dir
-    model = load_model(start_dir).to(device())  # float32 master weights, whatever the saved dtype
-    if cfg.train.activation_checkpointing:
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-    model.train()
     sharded = cfg.train.sharding == "fsdp2" and accelerator.num_processes > 1
-    if sharded:  # before the method sees the student (a live teacher is the student itself)
-        shard(model)
+    model = load_student(cfg, start_dir, sharded)
     try:
         method.setup(MethodContext(cfg, accelerator, tokenizer, Path(base_dir), model, tasks))
     except (OSError, ValueError) as err:  # a missing or unusable upstream output (bank, composer, pool)
         raise MethodInputError(f"{method.name}: {err}") from err
     optimizer = policy_optimizer(model, method, cfg)
-    if resumed and resumed.state["optimizer"] is not None:  # None: a finished run (checkpoint.finish)
-        if sharded:
-            load_full_optimizer_state(model, optimizer, resumed.state["optimizer"])
-        else:
-            optimizer.load_state_dict(resumed.state["optimizer"])  # AdamW moves its state to its parameters' device
+    run = Run(cfg, method, accelerator, tokenizer, model, optimizer, None, out_dir, fingerprint, steps,
+              tasks_per_step, resumed)
     if resumed:
-        method.load_state_dict(resumed.state["method"])
-        start_step, history, validated = resumed.step, resumed.state["history"], resumed.state["validation"]
-        print(f"resuming {method.name} from step {start_step}")
+        restore(run, sharded)
     if sharded:  # no DDP wrapper: accelerate only adds its autocast to the forward (what evaluation_mode does)
-        model = accelerator.prepare_model(model, evaluation_mode=True)
-        optimizer = accelerator.prepare_optimizer(optimizer, device_placement=False)  # the shards are in place
+        run.model = accelerator.prepare_model(model, evaluation_mode=True)
+        run.optimizer = accelerator.prepare_optimizer(optimizer, device_placement=False)  # the shards are in place
     else:
-        model, optimizer = accelerator.prepare(model, optimizer)
-    backend = make_backend(start_dir, tokenizer, cfg, cfg.sampling.batch_size)
+        run.model, run.optimizer = accelerator.prepare(model, optimizer)
+    run.backend = make_backend(start_dir, tokenizer, cfg, cfg.sampling.batch_size)
+    return run
 
-    params = sampling_params(cfg, cfg.sampling.max_new_tokens)
-    rank, world = accelerator.process_index, accelerator.num_processes
-    log = write if accelerator.is_main_process else lambda line: None
-    log(f"[{method.name}] training on {device()} x {world} process(es), rollouts by {type(backend).__name__}")
 
-    def run_validation(step: int) -> None:
-        record = {"step": step, "cumulative_rollouts": step * cfg.train.rollouts_per_step,
-                  **validate(backend, tokenizer, collect, validation, cfg.sampling.max_new_tokens,
-                             step_seed(cfg.seed, step, rank), accelerator)}
-        validated.append(record)
-        if tracker:
-            tracker.log_metrics({k: v for k, v in record.items() if k.startswith("val_") and k != "val_rewards"},
-                                step=step)
-        log(f"[{method.name}] validation after step {step}: reward {record['val_reward']:.3f} over "
+def load_student(cfg: Config, model_dir: str | Path, sharded: bool) -> torch.nn.Module:
+    """The student in float32 master weights (whatever the saved dtype), on this process's device, in train mode;
+    sharded before any method sees it (a live teacher is the student itself)."""
+    model = load_model(model_dir).to(device())
+    if cfg.train.activation_checkpointing:
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    if sharded:
+        shard(model)
+    return model
+
+
+def restore(run: Run, sharded: bool) -> None:
+    """Continue from `run.resumed`: its AdamW state (None in a finished run: `checkpoint.finish`), the method's own
+    state, the step counter and the history so far."""
+    resumed = run.resumed
+    if resumed.state["optimizer"] is not None:
+        if sharded:
+            load_full_optimizer_state(run.model, run.optimizer, resumed.state["optimizer"])
+        else:
+            run.optimizer.load_state_dict(resumed.state["optimizer"])  # AdamW moves its state to its params' device
+    run.method.load_state_dict(resumed.state["method"])
+    run.start_step, run.history, run.validated = resumed.step, resumed.state["history"], resumed.state["validation"]
+    print(f"resuming {run.method.name} from step {run.start_step}")
+
+
+def validate_run(run: Run, collect: Rollouts, validation: Sequence[Task], step: int, tracker: Tracker | None) -> None:
+    """A validation point after `step` steps, appended to the run's, logged and tracked."""
+    cfg = run.cfg
+    record = {"step": step, "cumulative_rollouts": step * cfg.train.rollouts_per_step,
+              **validate(run.backend, run.tokenizer, collect, validation, cfg.sampling.max_new_tokens,
+                         step_seed(cfg.seed, step, run.rank), run.accelerator)}
+    run.validated.append(record)
+    if tracker:
+        tracker.log_metrics({k: v for k, v in record.items() if k.startswith("val_") and k != "val_rewards"},
+                            step=step)
+    run.log(f"[{run.method.name}] validation after step {step}: reward {record['val_reward']:.3f} over "
             f"{record['val_n']} held-out tasks")
 
-    if validation and start_step == 0:
-        run_validation(0)
-    bar = progress(desc=f"train {method.name}", total=steps, initial=start_step, unit="step")
-    for step in range(start_step, steps):
-        t0 = time.perf_counter()
-        sampler_s = backend.stats["sampling_s"]
-        step_tasks = tasks_for_step(tasks, tasks_per_step, cfg.seed, step)[rank::world]
-        trajectories = collect(backend, tokenizer, step_tasks, params, step_seed(cfg.seed, step, rank),
-                               method.rollouts_per_task)
-        for traj in trajectories:  # group ids unique over processes (each process's tasks are its own groups)
-            traj.group += rank * len(step_tasks)
-        t1 = time.perf_counter()
-        sampling_s, collect_s = backend.stats["sampling_s"] - sampler_s, t1 - t0  # the rest: reward/env time
-        backend.sleep()  # a colocated vLLM engine frees the GPU for the update
-        with deterministic_kernels():  # a resumed run must equal an uninterrupted one on a GPU too
-            metrics = update(model, optimizer, accelerator, method, trajectories, tokenizer.pad_token_id, cfg)
-        if world > 1:  # every process's after_step (skills, grown bank) and step metrics see the whole step
-            trajectories = gather_object(trajectories)
-            # the step waits for the slowest process's rollouts: its timings are the step's
-            sampling_s, collect_s = max(gather_object([(sampling_s, collect_s)]), key=lambda pair: pair[1])
-        metrics.update(method.after_step(metrics, trajectories))
-        backend.wake_up()
-        backend.load_weights(full_parameters(model))  # gathered one tensor at a time (collective)
-        release_freed_memory()
-        t2 = time.perf_counter()
-        rewards = [t.reward for t in trajectories]
-        lengths = [t.num_action_tokens for t in trajectories]
-        # Names follow TRL's GRPOTrainer logs. num_tokens (prompts + every turn) is cumulative: read from the
-        # previous history entry, so a resumed run continues the count
-        seen_tokens = (history[-1]["num_tokens"] if history else 0) + sum(len(t.token_ids) for t in trajectories)
-        metrics.update({
-            **reward_metrics(trajectories),
-            "success_rate": sum(r >= 1.0 for r in rewards) / len(rewards),
-            "completions/mean_length": sum(lengths) / len(lengths),
-            "completions/min_length": min(lengths), "completions/max_length": max(lengths),
-            "completions/clipped_ratio": sum(not t.stopped for t in trajectories) / len(trajectories),
-            "num_tokens": seen_tokens,
-            "cumulative_rollouts": (step + 1) * cfg.train.rollouts_per_step,
-            "time_sampling_s": sampling_s, "time_reward_s": collect_s - sampling_s, "time_update_s": t2 - t1,
-            "rollout_tokens_per_s": sum(lengths) / max(sampling_s, 1e-9),
-        })
-        if trajectories[0].behaviour is not None:  # multi-turn rollouts: logged as step means
-            for key in BEHAVIOUR_KEYS:
-                metrics[key] = sum(getattr(t.behaviour, key) for t in trajectories) / len(trajectories)
-        history.append({"step": step + 1, **metrics})
-        if tracker:
-            tracker.log_metrics(metrics, step=step + 1)
-        bar.update(1)
-        log(f"[{method.name}] step {step + 1}/{steps} reward {metrics['reward']:.3f} loss {metrics['loss']:.4f} "
-            f"({t2 - t0:.1f}s)")
-        if validation and ((step + 1) % cfg.train.val_every == 0 or step + 1 == steps):
-            run_validation(step + 1)
-        if (step + 1) % cfg.train.save_every == 0 or step + 1 == steps:
-            save(accelerator, out_dir, model, tokenizer, optimizer, step + 1, history, validated, fingerprint, method)
-    bar.close()
-    if start_step == steps:  # nothing trained in this call: (re)commit what the run stands for
-        if resumed and accelerator.is_main_process:  # it may have been a fallback from a broken manifest
-            checkpoint.write_manifest(out_dir, method.name, steps, weights=resumed.weights)
-        elif not resumed:
-            save(accelerator, out_dir, model, tokenizer, optimizer, 0, history, validated, fingerprint, method)
-    if accelerator.is_main_process:
-        checkpoint.finish(out_dir)  # the run is done: neither the fallback folder nor the AdamW state is needed
-    accelerator.wait_for_everyone()
-    return {"history": history, "validation": validated}
+
+def train_step(run: Run, collect: Rollouts, tasks: Sequence[Task], step: int) -> tuple[dict[str, float], float]:
+    """One step: this process's share of the step's rollouts, the update, the method's after-step (on every
+    process's trajectories), the new weights pushed to the rollout engine; returns the step's metrics and seconds."""
+    cfg, backend = run.cfg, run.backend
+    t0 = time.perf_counter()
+    sampler_s = backend.stats["sampling_s"]
+    step_tasks = tasks_for_step(tasks, run.tasks_per_step, cfg.seed, step)[run.rank::run.world]
+    trajectories = collect(backend, run.tokenizer, step_tasks, sampling_params(cfg, cfg.sampling.max_new_tokens),
+                           step_seed(cfg.seed, step, run.rank), run.method.rollouts_per_task)
+    for traj in trajectories:  # group ids unique over processes (each process's tasks are its own groups)
+        traj.group += run.rank * len(step_tasks)
+    t1 = time.perf_counter()
+    sampling_s, collect_s = backend.stats["sampling_s"] - sampler_s, t1 - t0  # the rest: reward/env time
+    backend.sleep()  # a colocated vLLM engine frees the GPU for the update
+    with deterministic_kernels():  # a resumed run must equal an uninterrupted one on a GPU too
+        metrics = update(run.model, run.optimizer, run.accelerator, run.method, trajectories,
+                         run.tokenizer.pad_token_id, cfg)
+    if run.world > 1:  # every process's after_step (skills, grown bank) and step metrics see the whole step
+        trajectories = gather_object(trajectories)
+        # the step waits for the slowest process's rollouts: its timings are the step's
+        sampling_s, collect_s = max(gather_object([(sampling_s, collect_s)]), key=lambda pair: pair[1])
+    metrics.update(run.method.after_step(metrics, trajectories))
+    backend.wake_up()
+    backend.load_weights(full_parameters(run.model))  # gathered one tensor at a time (collective)
+    release_freed_memory()
+    t2 = time.perf_counter()
+    # cumulative over the run, read from the previous entry, so a resumed run continues the count
+    previous_tokens = run.history[-1]["num_tokens"] if run.history else 0
+    metrics.update(step_metrics(trajectories, previous_tokens, (step + 1) * cfg.train.rollouts_per_step,
+                                sampling_s, collect_s - sampling_s, t2 - t1))
+    return metrics, t2 - t0
+
+
+def step_metrics(trajectories: Sequence[Trajectory], previous_tokens: int, cumulative_rollouts: int,
+                 sampling_s: float, reward_s: float, update_s: float) -> dict[str, float]:
+    """The step's rollout statistics, named as TRL's GRPOTrainer logs them; `num_tokens` (prompts and every turn)
+    counts on from `previous_tokens`. Multi-turn rollouts add their behaviour metrics as step means."""
+    rewards = [t.reward for t in trajectories]
+    lengths = [t.num_action_tokens for t in trajectories]
+    metrics = {
+        **reward_metrics(trajectories),
+        "success_rate": sum(r >= 1.0 for r in rewards) / len(rewards),
+        "completions/mean_length": sum(lengths) / len(lengths),
+        "completions/min_length": min(lengths), "completions/max_length": max(lengths),
+        "completions/clipped_ratio": sum(not t.stopped for t in trajectories) / len(trajectories),
+        "num_tokens": previous_tokens + sum(len(t.token_ids) for t in trajectories),
+        "cumulative_rollouts": cumulative_rollouts,
+        "time_sampling_s": sampling_s, "time_reward_s": reward_s, "time_update_s": update_s,
+        "rollout_tokens_per_s": sum(lengths) / max(sampling_s, 1e-9),
+    }
+    if trajectories[0].behaviour is not None:
+        for key in BEHAVIOUR_KEYS:
+            metrics[key] = sum(getattr(t.behaviour, key) for t in trajectories) / len(trajectories)
+    return metrics
+
+
+def finish(run: Run) -> None:
+    """Close the run: a call that trained nothing (re)commits what the run stands for; then the checkpoint drops its
+    fallback folder and its AdamW state, which a finished run no longer needs."""
+    if run.start_step == run.steps:
+        if run.resumed and run.accelerator.is_main_process:  # it may have been a fallback from a broken manifest
+            checkpoint.write_manifest(run.out_dir, run.method.name, run.steps, weights=run.resumed.weights)
+        elif not run.resumed:
+            save_run(run, 0)
+    if run.accelerator.is_main_process:
+        checkpoint.finish(run.out_dir)
+    run.accelerator.wait_for_everyone()
+
+
+def save_run(run: Run, step: int) -> None:
+    save(run.accelerator, run.out_dir, run.model, run.tokenizer, run.optimizer, step, run.history, run.validated,
+         run.fingerprint, run.method)
 
 
 def save(accelerator: Accelerator, out_dir: Path, model, tokenizer, optimizer, step: int, history: list[dict],

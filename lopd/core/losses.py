@@ -93,7 +93,7 @@ def chunked_entropy(hidden_N_D: torch.Tensor, weight_V_D: torch.Tensor, temperat
 def topk_tail_reverse_kl(logp_s_N_V: torch.Tensor, logp_t_N_V: torch.Tensor, top_k: int,
                          support: str = "teacher") -> torch.Tensor:
     """D_KL(p~S || p~T) per position: both distributions restricted to one side's top-k tokens plus one tail
-    bucket holding the rest of the mass. `support="teacher"` is LOPD's top-M (paper eq. 8); `"student"` is
+    bucket holding the rest of the mass. `support="teacher"` is LOPD's top-M (paper eq. 9); `"student"` is
     the SDPO reference's top-K. Inputs are full-vocabulary log-probs; the support choice carries no gradient."""
     chooser_N_V = logp_t_N_V if support == "teacher" else logp_s_N_V
     support_N_K = chooser_N_V.detach().topk(top_k, dim=-1).indices
@@ -310,44 +310,3 @@ def distillation_loss(kl_N: torch.Tensor, seq_N: torch.Tensor, weights_B: torch.
     active = weights_B > 0
     return loss, {"distill_loss": loss.item(),
                   "kl_mean": per_seq_B[active].mean().item() if active.any() else 0.0}
-
-
-def privilege_margin(logp_t_N: torch.Tensor, logp_s_N: torch.Tensor, seq_N: torch.Tensor,
-                     advantages_B: torch.Tensor) -> torch.Tensor:
-    """Delta (paper eq. 11): per trajectory, the mean over its action tokens of A * delta with
-    delta = log pi_T(a) - sg[log pi_S(a)]; then the mean over trajectories."""
-    delta_N = logp_t_N - logp_s_N.detach()
-    return (advantages_B * sequence_means(delta_N, seq_N, advantages_B.shape[0])).mean()
-
-
-def dual_update(beta: float, margin: float, delta: float, dual_lr: float) -> float:
-    """beta <- [beta + eta_beta * (m - Delta)]_+."""
-    return max(0.0, beta + dual_lr * (margin - delta))
-
-
-def anchor_penalty(latents: list[torch.Tensor], anchors: list[torch.Tensor]) -> torch.Tensor:
-    """||c_phi - sg[c_phi0]||_2^2 per trajectory (summed over its latent tokens and coordinates), averaged
-    over trajectories (at least one)."""
-    return torch.stack([(c.float() - c0.detach().float()).pow(2).sum() for c, c0 in zip(latents, anchors)]).mean()
-
-
-def lopd_loss(kl_N: torch.Tensor, logp_t_N: torch.Tensor, logp_s_N: torch.Tensor, seq_N: torch.Tensor,
-              advantages_B: torch.Tensor, beta: float, margin: float, anchor: torch.Tensor,
-              anchor_weight: float,
-              token_weights_N: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
-    """The LOPD objective (paper eq. 12) for one batch: L_distill + beta (m - Delta) + lambda * anchor.
-
-    L_distill is the per-trajectory mean of the top-M + tail reverse KL over action tokens, averaged over
-    trajectories (eq. 9). beta is a constant here; the dual update happens after the optimizer step.
-    `token_weights_N` (e.g. `truncated_is_weights`) multiplies each token's KL in L_distill only; None leaves the
-    objective exactly as without it. Delta stays unweighted: it is a diagnostic of the teacher (how much more
-    likely it finds the successful tokens), which drives the dual variable, not a per-token estimate under the
-    student's policy.
-    """
-    distill_N = kl_N if token_weights_N is None else kl_N * token_weights_N
-    distill = sequence_means(distill_N, seq_N, advantages_B.shape[0]).mean()
-    delta = privilege_margin(logp_t_N, logp_s_N, seq_N, advantages_B)
-    loss = distill + beta * (margin - delta) + anchor_weight * anchor
-    metrics = {"distill_loss": distill.item(), "privilege_margin": delta.item(), "anchor": anchor.item(),
-               "kl_mean": kl_N.mean().item() if kl_N.numel() else 0.0}
-    return loss, metrics

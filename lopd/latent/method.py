@@ -21,9 +21,10 @@ from lopd.latent.cold_start import ANCHORS_FILE, COMPOSER_FILE
 from lopd.latent.composer import FRAMINGS, Composer, compose, teacher_batch
 from lopd.core.config import Config
 from lopd.core.device import device
-from lopd.core.losses import TopkTailReverseKL, anchor_penalty, chunked_distillation, dual_update, lopd_loss
+from lopd.core.losses import TopkTailReverseKL, chunked_distillation
 from lopd.core.methods import Domain, Method, MethodContext, PolicyOutputs
 from lopd.core.models import load_model
+from lopd.latent.losses import anchor_penalty, dual_update, lopd_loss
 from lopd.latent.retrieval import TextEmbedder, document_text, load_bank
 from lopd.core.trajectory import TokenBatch, Trajectory
 
