@@ -11,6 +11,7 @@ reproduce: setup
 	dvc repro
 
 test: setup
+	ruff check .
 	python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 smoke: setup

@@ -20,16 +20,13 @@ class GRPO(Method):
     name = "grpo"
     teacher = "none"
 
-    def __init__(self, cfg: GRPOConfig):
-        self.cfg = cfg
-
-    @classmethod
-    def from_config(cls, cfg: Config, domain: Domain) -> "GRPO":
-        return cls(cfg.grpo)
+    def __init__(self, cfg: Config, domain: Domain):
+        super().__init__(cfg, domain)
+        self.config: GRPOConfig = cfg.grpo
 
     @property
     def rollouts_per_task(self) -> int:
-        return self.cfg.group_size
+        return self.config.group_size
 
     def prepare(self, trajectories: list[Trajectory]) -> None:
         rewards_B = torch.tensor([t.reward for t in trajectories], device="cpu")  # a handful of scalars
@@ -46,6 +43,6 @@ class GRPO(Method):
         logp_B_T = student.logp_B_T()
         w_N = student.token_weights_N()  # train.tis_cap: None when off
         loss, metrics = ppo_clip_loss(logp_B_T, logp_B_T.detach(), batch.advantages_B, batch.action_mask_B_T,
-                                      self.cfg.clip_low, self.cfg.clip_high,
+                                      self.config.clip_low, self.config.clip_high,
                                       None if w_N is None else student.scatter_B_T(w_N))
         return loss, {**metrics, **student.tis_metrics(w_N)}

@@ -7,8 +7,8 @@ vocabulary at every action token.
 
 from __future__ import annotations
 
-from lopd.core.losses import forward_kl
 from baselines.self_distill import Messages, PoolDistillation, append_to_system
+from lopd.core.losses import forward_kl
 
 TEMPLATE = ("The following is a reference plan for the upcoming task. Use it only as guidance for your own "
             "reasoning; you must still interact with the environment to complete the task.\n{demonstration}\n\n"

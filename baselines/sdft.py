@@ -7,8 +7,8 @@ below. Loss: forward KL D_KL(pi_T || pi_S) over the full vocabulary at every act
 
 from __future__ import annotations
 
-from lopd.core.losses import forward_kl
 from baselines.self_distill import Messages, PoolDistillation, append_to_user
+from lopd.core.losses import forward_kl
 
 TEMPLATE = ("This is an example for a response to the question:\n{demonstration}\n\n"
             "Now answer with a response of your own, including the thinking process.")

@@ -9,8 +9,8 @@ student's top-K (K = 100) tokens plus a tail bucket.
 
 from __future__ import annotations
 
-from lopd.core.losses import TopkTailReverseKL
 from baselines.self_distill import Messages, SelfDistillation, append_to_user
+from lopd.core.losses import TopkTailReverseKL
 from lopd.core.trajectory import Trajectory
 
 TEMPLATE = "Correct solution:\n\n{solution}\n\nCorrectly solve the original question."

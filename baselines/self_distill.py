@@ -15,12 +15,12 @@ from typing import Any, Callable
 
 import torch
 
+from baselines.pool import POOL_FILE, load_pool
+from baselines.teachers import Teacher
 from lopd.core.config import Config
 from lopd.core.losses import chunked_distillation, distillation_loss
 from lopd.core.methods import Domain, Method, MethodContext, PolicyOutputs
-from baselines.pool import POOL_FILE, load_pool
 from lopd.core.rollout import encode_prompt
-from baselines.teachers import Teacher
 from lopd.core.trajectory import TokenBatch, Trajectory, collate, with_prompt
 
 Messages = list[dict[str, str]]
@@ -47,9 +47,6 @@ def append_to_system(messages: Messages, text: str) -> Messages:
 
 class SelfDistillation(Method):
     ema_rate: float | None = None
-
-    def __init__(self, cfg: Config):
-        self.cfg = cfg
 
     @property
     def rollouts_per_task(self) -> int:
@@ -117,13 +114,9 @@ class SelfDistillation(Method):
 class PoolDistillation(SelfDistillation):
     """SDFT and OPSD: the teacher reads the task's demonstration from the shared oracle pool."""
 
-    def __init__(self, cfg: Config, pool_path: str | Path):
-        super().__init__(cfg)
-        self.pool_path = Path(pool_path)
-
-    @classmethod
-    def from_config(cls, cfg: Config, domain: Domain) -> "PoolDistillation":
-        return cls(cfg, domain.pool / POOL_FILE)
+    def __init__(self, cfg: Config, domain: Domain):
+        super().__init__(cfg, domain)
+        self.pool_path = domain.pool / POOL_FILE
 
     @abstractmethod
     def with_demonstration(self, messages: Messages, demonstration: str) -> Messages:

@@ -20,16 +20,23 @@ from typing import Any
 
 import torch
 
-from lopd.latent.bank import task_text
-from lopd.core.losses import (distillation_loss, group_advantages, importance_weights, ppo_clip_loss,
-                         sampled_token_reverse_kl, token_logprobs)
-from lopd.core.methods import Domain, MethodContext, PolicyOutputs
-from lopd.core.models import load_tokenizer
-from lopd.latent.retrieval import QUERIES_FILE, TextEmbedder, load_vectors
-from lopd.core.rollout import make_backend, step_seed
 from baselines.self_distill import TEACHER_MESSAGES, Messages, SelfDistillation, append_to_user
 from baselines.skills import Skill, SkillBank, write_skills
+from lopd.core.config import Config
+from lopd.core.losses import (
+    distillation_loss,
+    group_advantages,
+    importance_weights,
+    ppo_clip_loss,
+    sampled_token_reverse_kl,
+    token_logprobs,
+)
+from lopd.core.methods import Domain, MethodContext, PolicyOutputs
+from lopd.core.models import load_tokenizer
+from lopd.core.rollout import make_backend, step_seed
 from lopd.core.trajectory import TokenBatch, Trajectory
+from lopd.latent.bank import task_text
+from lopd.latent.retrieval import QUERIES_FILE, TextEmbedder, load_vectors
 
 TEMPLATE = ("Here is a skill summary from a similar past task that may help guide your approach:\n\n"
             "**What works:** {what_works}\n**What to avoid:** {what_to_avoid}\n**Suggested workflow:** {workflow}\n\n"
@@ -47,14 +54,10 @@ class SkillSD(SelfDistillation):
     name = "skill_sd"
     teacher = "live"
 
-    def __init__(self, cfg, bank_dir: str | Path):
-        super().__init__(cfg)
-        self.bank_dir = Path(bank_dir)
+    def __init__(self, cfg: Config, domain: Domain):
+        super().__init__(cfg, domain)
+        self.bank_dir = domain.bank
         self.steps_done = 0
-
-    @classmethod
-    def from_config(cls, cfg, domain: Domain) -> "SkillSD":
-        return cls(cfg, domain.bank)
 
     @property
     def rollouts_per_task(self) -> int:

@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from lopd.latent.retrieval import Retriever, TextEmbedder
 from lopd.core.rollout import encode_prompt
 from lopd.core.sampling import SamplingParams
+from lopd.latent.retrieval import Retriever, TextEmbedder
 
 SECTIONS = ("what_works", "what_to_avoid", "workflow")
 QUESTIONS = {

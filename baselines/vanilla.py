@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from lopd.core.config import Config
 from lopd.core.methods import Method, PolicyOutputs
 from lopd.core.trajectory import TokenBatch, Trajectory
 
@@ -15,9 +14,6 @@ class Vanilla(Method):
     name = "vanilla"
     trains = False
     rollouts_per_task = 1
-
-    def __init__(self, cfg: Config):
-        self.cfg = cfg
 
     def loss(self, student: PolicyOutputs, batch: TokenBatch,
              trajectories: list[Trajectory]) -> tuple[torch.Tensor, dict[str, float]]:

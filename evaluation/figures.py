@@ -13,9 +13,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 X_KEY = "cumulative_rollouts"
 """Curves are drawn against generations (rollouts) so far, the paper's budget axis (its Fig. 4)."""
-PANELS = (("reward", "Mean reward"), ("val_reward", "Validation reward (greedy, held out)"), ("loss", "Loss"), ("kl_mean", "Distillation KL"),
-          ("privilege_margin", "Privileged margin Δ"), ("beta_next", "Dual β"), ("entropy", "Entropy"),
-          ("completions/mean_length", "Completion length"))
+PANELS = (("reward", "Mean reward"), ("val_reward", "Validation reward (greedy, held out)"), ("loss", "Loss"),
+          ("kl_mean", "Distillation KL"), ("privilege_margin", "Privileged margin Δ"), ("beta_next", "Dual β"),
+          ("entropy", "Entropy"), ("completions/mean_length", "Completion length"))
 """The per-step keys drawn, one panel each, when a history has them."""
 PNG_METADATA = {"Software": None}  # no matplotlib version in the file: the same curves give the same bytes
 

@@ -228,7 +228,7 @@ def score(problems: dict[str, Problem], completions: dict[str, list[str]], worke
     "base" on the public tests only, and per task the verdicts and the first failure of each sample."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from evaluation.coding.taco import extract_code
+    from evaluation.coding.code_blocks import extract_code
     from evaluation.evalplus_bench import summarize
     from lopd.core.progress import progress
 

@@ -11,14 +11,34 @@ from accelerate import PartialState
 
 from evaluation import evalplus_bench, livecodebench
 from evaluation.agentic import envscaler_split
-from lopd.latent.bank import (check_no_eval_overlap, sample_rollouts, successful_entries, task_text, trace_function,
-                              write_bank)
-from lopd.latent.retrieval import (BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE, TextEmbedder, document_text, query_text,
-                            save_vectors)
 from lopd.core.progress import progress
 from lopd.core.tracking import Tracker
-from pipelines.common import (BASE_MODEL_DIR, DOMAIN_ARG, DOMAINS, for_domain, parse_args, record_metrics,
-                              stage_name, training_domain)
+from lopd.latent.bank import (
+    check_no_eval_overlap,
+    sample_rollouts,
+    successful_entries,
+    task_text,
+    write_bank,
+)
+from lopd.latent.retrieval import (
+    BANK_FILE,
+    DOCUMENTS_FILE,
+    QUERIES_FILE,
+    TextEmbedder,
+    document_text,
+    query_text,
+    save_vectors,
+)
+from pipelines.common import (
+    BASE_MODEL_DIR,
+    DOMAIN_ARG,
+    DOMAINS,
+    for_domain,
+    parse_args,
+    record_metrics,
+    stage_name,
+    training_domain,
+)
 
 
 def evaluation_prompts(cfg, domain: str = "code") -> tuple[dict[str, str], str]:
@@ -67,7 +87,7 @@ def main() -> None:
         sampling_s = time.perf_counter() - start
         if not PartialState().is_main_process:  # every process sampled its share; process 0 writes the bank
             return
-        entries = successful_entries(rollouts, cfg.bank.success_threshold, trace_of=trace_function(domain.name))
+        entries = successful_entries(rollouts, cfg.bank.success_threshold, trace_of=domain.bank_trace)
         eval_prompts, missing = evaluation_prompts(cfg, args.domain)
         try:  # before anything in the bank is overwritten
             check_no_eval_overlap(entries, {t.task_id for t in tasks}, eval_prompts, domain.max_eval_containment)
@@ -84,7 +104,8 @@ def main() -> None:
                 "success_threshold": cfg.bank.success_threshold, "domain": args.domain, "data": source}
         write_bank(domain.bank / BANK_FILE, entries, meta)
         summary = {"n_train_tasks": len(tasks), "n_tasks_sampled": len(sampled), "n_rollouts": len(rollouts),
-                   "rollout_success_rate": sum(t.reward >= cfg.bank.success_threshold for *_, t in rollouts) / len(rollouts),
+                   "rollout_success_rate": sum(t.reward >= cfg.bank.success_threshold
+                                               for *_, t in rollouts) / len(rollouts),
                    "rollout_reward_mean": sum(t.reward for *_, t in rollouts) / len(rollouts),
                    "n_entries": len(entries), "n_tasks_in_bank": len({e.task_id for e in entries}),
                    "eval_tasks_checked": len(eval_prompts),  # the overlap guard passed against these

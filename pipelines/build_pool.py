@@ -8,13 +8,12 @@ from __future__ import annotations
 import sys
 import time
 
-from evaluation.agentic import envscaler_split
-from evaluation.agentic import envscaler
-from lopd.latent.bank import check_no_eval_overlap, read_bank, task_text
-from lopd.core.multiturn import ToolCall, observation_lite
 from baselines.pool import POOL_FILE, REFERENCE_SOLUTION, assemble_pool, render_reference, write_pool
-from lopd.latent.retrieval import BANK_FILE
+from evaluation.agentic import envscaler, envscaler_split
+from lopd.core.multiturn import ToolCall, observation_lite
 from lopd.core.tracking import Tracker
+from lopd.latent.bank import check_no_eval_overlap, read_bank, task_text
+from lopd.latent.retrieval import BANK_FILE
 from pipelines.build_bank import evaluation_prompts
 from pipelines.common import DOMAIN_ARG, DOMAINS, for_domain, parse_args, record_metrics, stage_name
 from pipelines.domains.code import coding_tasks, coding_training_tasks
@@ -24,7 +23,8 @@ def coding_references(cfg, tasks, covered) -> tuple[dict[str, list[str]], int]:
     """Reference programs of uncovered tasks that pass their tests, rendered as answers; and how many were tried."""
     _, score = coding_training_tasks(cfg)
     references = {t.task_id: list(t.solutions) for t in coding_tasks(cfg)}
-    candidates = [(task, code) for task in tasks if task.task_id not in covered for code in references.get(task.task_id, [])]
+    candidates = [(task, code) for task in tasks if task.task_id not in covered
+                  for code in references.get(task.task_id, [])]
     rewards = score([task for task, _ in candidates], [render_reference(code) for _, code in candidates])
     passing: dict[str, list[str]] = {}
     for (task, code), reward in zip(candidates, rewards):

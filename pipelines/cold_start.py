@@ -11,8 +11,17 @@ from accelerate import PartialState
 from lopd.core.tracking import Tracker
 from lopd.latent.cold_start import cold_start
 from lopd.latent.composer import FRAMINGS
-from pipelines.common import (BASE_MODEL_DIR, DOMAIN_ARG, DOMAINS, for_domain, parse_args, record_metrics, stage_name,
-                              training_domain, write_history)
+from pipelines.common import (
+    BASE_MODEL_DIR,
+    DOMAIN_ARG,
+    DOMAINS,
+    for_domain,
+    parse_args,
+    record_metrics,
+    stage_name,
+    training_domain,
+    write_history,
+)
 
 METRIC_KEYS = ("n_examples", "steps", "nll_examples", "nll_before", "nll_after", "wall_s")
 

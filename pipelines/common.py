@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
+from evaluation.coding.code_blocks import extract_code
 from lopd.core import registry
 from lopd.core.checkpoint import MANIFEST, policy_dir
 from lopd.core.config import REPO_ROOT, Config, ConfigError, build_config, load_config
@@ -61,12 +62,17 @@ def parse_args(description: str, **arguments: dict[str, Any]) -> tuple[argparse.
     return args, cfg
 
 
+def response_as_trace(response: str) -> str:
+    """An agentic episode's response already is its observation-lite trace."""
+    return response
+
+
 DOMAINS = {
     "code": Domain("code", BANK_DIR, POOL_DIR, COMPOSER_DIR, CHECKPOINTS_DIR, METRICS_DIR, RESULTS_DIR, PLOTS_DIR,
-                   0.5),
+                   0.5, bank_trace=extract_code),
     "agentic": Domain("agentic", REPO_ROOT / "bank_agentic", REPO_ROOT / "pool_agentic",
                       CHECKPOINTS_DIR / "agentic" / "composer", CHECKPOINTS_DIR / "agentic", METRICS_DIR / "agentic",
-                      RESULTS_DIR / "agentic", PLOTS_DIR / "agentic", 0.9),
+                      RESULTS_DIR / "agentic", PLOTS_DIR / "agentic", 0.9, bank_trace=response_as_trace),
 }
 
 
@@ -128,7 +134,8 @@ def trained_policy(domain: str, method: str) -> Path:
     return model_dir
 
 
-DOMAIN_ARG = {"default": "code", "choices": list(DOMAINS), "help": "training domain: code (TACO) or agentic (EnvScaler)"}
+DOMAIN_ARG = {"default": "code", "choices": list(DOMAINS),
+              "help": "training domain: code (TACO) or agentic (EnvScaler)"}
 
 
 def for_domain(cfg: Config, domain: str) -> Config:

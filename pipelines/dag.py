@@ -38,7 +38,8 @@ def files_under(dep: str) -> set[str]:
     path = REPO_ROOT / dep
     if path.is_file():
         return {dep}
-    return {p.relative_to(REPO_ROOT).as_posix() for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    return {p.relative_to(REPO_ROOT).as_posix() for p in path.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts}
 
 
 def is_code(dep: str) -> bool:
@@ -90,7 +91,8 @@ def main() -> None:
             stage["deps"].extend([*data, *want])
     if args.write and stale:
         yaml.dump(doc, DVC_YAML)
-    print(("rewrote" if args.write else "stale:") + f" {', '.join(stale)}" if stale else "dvc.yaml code deps are up to date")
+    print(("rewrote" if args.write else "stale:") + f" {', '.join(stale)}" if stale
+          else "dvc.yaml code deps are up to date")
 
 
 if __name__ == "__main__":

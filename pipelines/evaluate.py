@@ -24,8 +24,8 @@ from evaluation import evalplus_bench, livecodebench
 from lopd.core.config import Config, repo_relative
 from lopd.core.device import device
 from lopd.core.distributed import gather_shares, process_share
-from lopd.core.rollout import encode_prompt, make_backend, process_seed, sampling_params
 from lopd.core.models import load_tokenizer
+from lopd.core.rollout import encode_prompt, make_backend, process_seed, sampling_params
 from lopd.core.sampling import RolloutBackend
 from lopd.core.tracking import Tracker
 from pipelines.common import DOMAINS, parse_args, record_metrics, stage_name, trained_policy, write_json

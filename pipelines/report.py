@@ -19,8 +19,19 @@ from evaluation.figures import draw_curves
 from evaluation.paper_figures import draw_dynamics
 from evaluation.stats import score_ci
 from evaluation.sweeps import figure_domain
-from evaluation.tables import (Estimate, ResultTable, Scores, Table, behaviour_table, code_table, describe, to_csv,
-                               to_latex, to_markdown, tool_use_table)
+from evaluation.tables import (
+    Estimate,
+    ResultTable,
+    Scores,
+    Table,
+    behaviour_table,
+    code_table,
+    describe,
+    to_csv,
+    to_latex,
+    to_markdown,
+    tool_use_table,
+)
 from lopd.core import registry
 from lopd.core.config import REPO_ROOT
 from lopd.core.tracking import Tracker
@@ -124,7 +135,8 @@ def code_scores(result: dict) -> Scores:
     """Per-task pass@1 of an eval stage's results file: the share of a task's samples passing the EvalPlus+ tests."""
     verdicts = {tid: task["plus"] for tid, task in result["per_task"].items()}
     return Scores({tid: mean(map(float, v)) for tid, v in verdicts.items()},
-                  min((len(v) for v in verdicts.values()), default=0), None if verdicts else result["summary"].get("note"))
+                  min((len(v) for v in verdicts.values()), default=0),
+                  None if verdicts else result["summary"].get("note"))
 
 
 def agentic_scores(result: dict) -> Scores:
@@ -209,7 +221,8 @@ def main() -> None:
             figure = FIGURES_DIR / f"training_curves_{domain}.png"
             points = validated if domain == "code" else {}
             curves = {registry.label(m): (steps or []) + points.get(m, []) for m, steps in trained[domain].items()}
-            draw_curves(curves, figure, f"Training curves, {domain} domain ({cfg.profile} profile, model {cfg.model.name})")
+            draw_curves(curves, figure,
+                        f"Training curves, {domain} domain ({cfg.profile} profile, model {cfg.model.name})")
             tracker.log_artifact(figure)
         domain = figure_domain(cfg.profile)
         for figure in draw_fig4(trained[domain], validated if domain == "code" else {},

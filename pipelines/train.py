@@ -9,7 +9,6 @@ import time
 from statistics import mean
 
 import numpy as np
-
 from accelerate import PartialState
 
 from evaluation.figures import draw_curves
@@ -17,8 +16,19 @@ from evaluation.stats import score_ci
 from lopd.core.distributed import ProcessSplitError
 from lopd.core.loop import MethodInputError, train
 from lopd.core.tracking import Tracker
-from pipelines.common import (BASE_MODEL_DIR, DOMAIN_ARG, DOMAINS, build_method, for_domain, parse_args,
-                              record_metrics, stage_modules, stage_name, training_domain, write_history)
+from pipelines.common import (
+    BASE_MODEL_DIR,
+    DOMAIN_ARG,
+    DOMAINS,
+    build_method,
+    for_domain,
+    parse_args,
+    record_metrics,
+    stage_modules,
+    stage_name,
+    training_domain,
+    write_history,
+)
 
 FINAL_VALUES = {"kl_final": "kl_mean", "delta_final": "privilege_margin", "beta_final": "beta_next"}
 """Summary name -> the per-step key whose last value it reports, for the methods that log it (Δ and β: LOPD). The
@@ -27,8 +37,8 @@ names differ from the per-step keys, which the stage's MLflow run also holds."""
 
 def train_summary(history: list[dict], validation: list[dict]) -> dict[str, float]:
     """The run's scalars for DVC and MLflow: reward at the last step and averaged over steps, rollouts used, the
-    validation reward before training and at the end (with its 95% CI over the held-out tasks), and the last step's distillation KL, privileged margin Δ and
-    dual β (after the step) where the method has them."""
+    validation reward before training and at the end (with its 95% CI over the held-out tasks), and the last step's
+    distillation KL, privileged margin Δ and dual β (after the step) where the method has them."""
     if not history:
         return {"rollouts": 0}
     last = history[-1]

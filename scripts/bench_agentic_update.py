@@ -1,9 +1,9 @@
 """Memory and time of one agentic training update -> reports/perf/agentic_update.json.
 
 One `update()` of a method on a cpu-profile-sized agentic batch: 8 episodes of envscaler-mini training tasks
-from different environments, each its real first prompt (tool list included, ~1.5-2k tokens) plus 3 steps of 64 action tokens and 80
-observation tokens (random ids: memory and time depend on shapes, not content). Each (method, activation
-checkpointing) variant runs in a fresh process and reports its peak RSS and update time; a variant may be
+from different environments, each its real first prompt (tool list included, ~1.5-2k tokens) plus 3 steps of 64
+action tokens and 80 observation tokens (random ids: memory and time depend on shapes, not content). Each (method,
+activation checkpointing) variant runs in a fresh process and reports its peak RSS and update time; a variant may be
 given a memory cap, above which it is reported as not fitting instead of taking the machine down.
 LOPD uses a bank of 5 oracle-pool traces (so the composer trains and the teacher needs its graph) and the
 agentic composer checkpoint. Needs models/base, pool_agentic/ and checkpoints/agentic/composer.
@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from lopd.core.config import REPO_ROOT
@@ -48,8 +49,8 @@ def lopd_bank(cfg_bank_dir: Path, work: Path, tokenizer) -> Path:
     """A bank of 5 oracle-pool traces (their text as one action) over the agentic query embeddings."""
     import numpy as np
 
-    from lopd.latent.bank import BankEntry, write_bank
     from baselines.pool import load_pool
+    from lopd.latent.bank import BankEntry, write_bank
     from lopd.latent.retrieval import BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE, load_vectors, save_vectors
     ids, queries = load_vectors(cfg_bank_dir / QUERIES_FILE)
     demos = list(load_pool(REPO_ROOT / "pool_agentic" / "oracle.jsonl").values())[:5]
@@ -67,12 +68,11 @@ def run_variant(method_name: str, checkpointing: bool) -> dict:
     import torch
     from accelerate import Accelerator
 
-    from lopd.latent.composer import FRAMINGS
-    from lopd.core.config import load_config, build_config
-    from lopd.latent.method import LOPD
+    from lopd.core.config import build_config, load_config
     from lopd.core.loop import policy_optimizer, update
     from lopd.core.methods import MethodContext
     from lopd.core.models import load_model, load_tokenizer
+    from lopd.latent.method import LOPD
     from pipelines.common import BASE_MODEL_DIR, DOMAINS, build_method, for_domain, training_domain
 
     raw = for_domain(load_config(REPO_ROOT / "params.yaml"), "agentic").to_dict()
@@ -83,8 +83,8 @@ def run_variant(method_name: str, checkpointing: bool) -> dict:
     with training_domain(cfg, "agentic") as (tasks, _, _), tempfile.TemporaryDirectory() as work:
         tokenizer = load_tokenizer(BASE_MODEL_DIR)
         trajectories = episodes(tokenizer, tasks)
-        method = (LOPD(cfg, lopd_bank(domain.bank, Path(work), tokenizer), domain.composer, FRAMINGS["agentic"],
-                       trace_of=lambda s: s) if method_name == "lopd" else build_method(method_name, cfg, "agentic"))
+        method = (LOPD(cfg, replace(domain, bank=lopd_bank(domain.bank, Path(work), tokenizer)))
+                  if method_name == "lopd" else build_method(method_name, cfg, "agentic"))
         accelerator = Accelerator(cpu=True, mixed_precision=cfg.train.mixed_precision)
         model = load_model(BASE_MODEL_DIR)
         if checkpointing:

@@ -53,14 +53,15 @@ sys.path.insert(0, str(REPO))
 from baselines.grpo import GRPO  # noqa: E402
 from lopd.core.config import resolve  # noqa: E402
 from lopd.core.device import device  # noqa: E402
+from lopd.core.domain import Domain  # noqa: E402
 from lopd.core.loop import micro_batches, policy_optimizer, policy_outputs, update  # noqa: E402
 from lopd.core.losses import TopkTailReverseKL, chunked_distillation  # noqa: E402
-from lopd.latent.losses import lopd_loss  # noqa: E402
 from lopd.core.sampling import ROLLOUT_ATTENTION, Completion, HFBackend, SamplingParams  # noqa: E402
 from lopd.core.static_decode import STATIC_ATTENTION, StaticDecoder  # noqa: E402
 from lopd.core.trajectory import Trajectory, Turn, collate, with_prompt  # noqa: E402
 from lopd.core.vllm_backend import vllm_available  # noqa: E402
 from lopd.latent.composer import Composer  # noqa: E402
+from lopd.latent.losses import lopd_loss  # noqa: E402
 
 OUT = REPO / "reports" / "perf" / "gpu.json"
 ARCHITECTURES = REPO / "conf" / "architectures"
@@ -339,7 +340,7 @@ def update_rates(profile: str, name: str, prompt_len: int, response_len: int, ti
                 "params": [p for p in composer.parameters() if p.requires_grad], "lr": cfg.lopd.composer_lr}],
                 lr=cfg.train.lr, foreach=device().type != "cpu")
             return measure(lambda: lopd_update(model, composer, optimizer, accelerator, cfg, rows, 16))
-        method = GRPO(cfg.grpo)
+        method = GRPO(cfg, Domain.scratch("unused"))
         optimizer = policy_optimizer(model, method, cfg)
         if kind == "plain":
             return measure(lambda: plain_step(model, optimizer))

@@ -87,7 +87,8 @@ def run_variant(variant: str, method_name: str, params: Path, steps: int, rollou
     import yaml
     from accelerate import Accelerator
 
-    from lopd.core import device as device_module, loop, rollout
+    from lopd.core import device as device_module
+    from lopd.core import loop, rollout
     from lopd.core.config import load_config
     from pipelines.common import BASE_MODEL_DIR, build_method, training_domain
 

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -38,6 +39,7 @@ from transformers import AutoConfig
 from baselines.grpo import GRPO
 from lopd.core.config import REPO_ROOT, load_config
 from lopd.core.device import device
+from lopd.core.domain import Domain
 from lopd.core.loop import micro_batches, policy_optimizer, policy_outputs, update
 from lopd.core.losses import TopkTailReverseKL, chunked_distillation, token_logprobs, topk_tail_reverse_kl
 from lopd.core.methods import MethodContext
@@ -46,7 +48,7 @@ from lopd.core.rollout import make_backend, sampling_params, single_turn
 from lopd.core.trajectory import collate
 from lopd.latent.bank import task_text
 from lopd.latent.cold_start import ANCHORS_FILE, COMPOSER_FILE, anchor_latents, build_composer
-from lopd.latent.composer import FRAMINGS, encoder_text, inject_latents, teacher_batch
+from lopd.latent.composer import encoder_text, inject_latents, teacher_batch
 from lopd.latent.method import LOPD
 from lopd.latent.retrieval import load_bank
 from pipelines.common import BANK_DIR, BASE_MODEL_DIR
@@ -203,16 +205,16 @@ def step_costs(cfg, model_dir: Path, rollouts: int) -> dict:
         method.setup(MethodContext(cfg, accelerator, tokenizer, model_dir, model, tasks))
         optimizer = policy_optimizer(model, method, cfg)
         model, optimizer = accelerator.prepare(model, optimizer)
-        seconds = timed(lambda: update(model, optimizer, accelerator, method, trajectories, tokenizer.pad_token_id,
-                                       cfg))
+        seconds = timed(partial(update, model, optimizer, accelerator, method, trajectories, tokenizer.pad_token_id,
+                                cfg))
         del model, optimizer
         accelerator.free_memory()  # the policy and its AdamW state go (the method keeps the accelerator): 0.5B fits
         return seconds
 
-    grpo_s = one_update(GRPO(cfg.grpo))
+    grpo_s = one_update(GRPO(cfg, Domain.scratch("unused")))
     with tempfile.TemporaryDirectory() as tmp:
-        lopd = LOPD(cfg, BANK_DIR, seeded_composer_dir(cfg, model_dir, tasks, Path(tmp)), FRAMINGS["code"],
-                    trace_of=str)
+        lopd = LOPD(cfg, Domain.scratch(tmp, bank=BANK_DIR,
+                                        composer=seeded_composer_dir(cfg, model_dir, tasks, Path(tmp))))
         lopd_s = one_update(lopd)
         lopd.prepare(trajectories)
         passes = necessary_passes(cfg, model_dir, tokenizer, micro_batches(trajectories, cfg.train.micro_batch_size),

@@ -29,10 +29,11 @@ import torch
 
 from baselines.grpo import GRPO
 from lopd.core.config import REPO_ROOT, resolve
+from lopd.core.domain import Domain
 from lopd.core.loop import train
-from lopd.core.rollout import encode_prompt, make_backend, single_turn
 from lopd.core.models import load_model, load_tokenizer
 from lopd.core.multiturn import continuation_ids, end_of_turn_id
+from lopd.core.rollout import encode_prompt, make_backend, single_turn
 from lopd.core.sampling import HFBackend, RolloutBackend, SamplingParams
 from lopd.core.split_gguf import PROVENANCE_FILE
 from lopd.core.vllm_backend import vllm_available
@@ -116,12 +117,13 @@ def main() -> None:
 
     # One GRPO step of the real loop on the same budget (HFBackend).
     with tempfile.TemporaryDirectory() as step_dir:
-        step = train(cfg, GRPO(cfg.grpo), tasks, single_turn(score), args.model_dir, step_dir)["history"][0]
+        step = train(cfg, GRPO(cfg, Domain.scratch("unused")), tasks, single_turn(score), args.model_dir,
+                     step_dir)["history"][0]
 
     result = {
-        "model_dir": str(Path(args.model_dir).name), "model": origin(args.model_dir), "batch": args.batch, "max_new_tokens": args.new_tokens,
-        "rollout_dtype": cfg.sampling.dtype, "threads": torch.get_num_threads(), "cpu": platform.processor(),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "model_dir": str(Path(args.model_dir).name), "model": origin(args.model_dir), "batch": args.batch,
+        "max_new_tokens": args.new_tokens, "rollout_dtype": cfg.sampling.dtype, "threads": torch.get_num_threads(),
+        "cpu": platform.processor(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "prefill_tokens_per_s": round(prefill_tps, 1),
         "sampler_decode_tokens_per_s": round(decode_tps, 1),
         "sampler_decode_over_prefill": round(decode_tps / prefill_tps, 3),

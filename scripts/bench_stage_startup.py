@@ -10,7 +10,8 @@ release: n/a), in a scratch folder so that no output of the repository is touche
 - DVC's YAML work per stage: after a stage it reads dvc.lock for update and writes it back (round-trip ruamel), and
   at start-up it reads dvc.yaml and dvc.lock; timed on this repository's files with DVC's own functions.
 `--dag` instead clones the repository into a scratch folder (../shared beside it, as for CI) and times
-`dvc exp run -S profile=smoke`, then `-S margin=0.02` on top (MLflow on, a fresh store): the numbers in docs/experiments.md.
+`dvc exp run -S profile=smoke`, then `-S margin=0.02` on top (MLflow on, a fresh store): the numbers in
+docs/experiments.md.
 
 Run: python scripts/bench_stage_startup.py [--repeats 3]   (writes reports/perf/stage_startup.json)
      python scripts/bench_stage_startup.py --dag           (~12 min; writes reports/perf/smoke_dag.json)

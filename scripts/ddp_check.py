@@ -2,9 +2,10 @@
 
 Each process trains GRPO, SDPO (EMA teacher), Skill-SD (skills) and LOPD (composer, β, grown bank) for 2 steps on
 the given model (with DDP also 2 steps of the composer's cold start, each process scoring its share of a batch, and
-the experience bank's rollouts, each process sampling its share of the tasks), on its own device (`lopd.core.device`: the CPU with gloo, or one GPU per process with NCCL), then
-writes to WORK_DIR/rank<r>.pt what must agree across processes: the student's full weights, the method's state, the
-history, plus its own rewards, the device its student lived on and whether every loss was finite.
+the experience bank's rollouts, each process sampling its share of the tasks), on its own device (`lopd.core.device`:
+the CPU with gloo, or one GPU per process with NCCL), then writes to WORK_DIR/rank<r>.pt what must agree across
+processes: the student's full weights, the method's state, the history, plus its own rewards, the device its student
+lived on and whether every loss was finite.
 SHARDING (`train.sharding`, default ddp) fsdp2 shards the students; that run also interrupts a 2-step LOPD run
 right after step 1's checkpoint and resumes it ("lopd_resumed": must equal the uninterrupted "lopd") and skips the
 uneven-split check.
@@ -13,8 +14,8 @@ step, micro-batches of 2, loss chunks of 512) in bf16 with the HF sampler: a rea
 tests/test_multiprocess.py runs it with 2 CPU processes on the tiny model; scripts/gpu_check.py on every GPU.
 
 Usage: python -m torch.distributed.run --nproc_per_node N scripts/ddp_check.py MODEL_DIR WORK_DIR [ddp|fsdp2]
-[--embedder NAME] [--profile smoke|cpu] (WORK_DIR/bank and WORK_DIR/composer must exist: `prepare_inputs`, with the same embedder, by
-default `bank.embedder`'s; MLflow store: LOPD_MLFLOW_URI.)
+[--embedder NAME] [--profile smoke|cpu] (WORK_DIR/bank and WORK_DIR/composer must exist: `prepare_inputs`, with the same
+embedder, by default `bank.embedder`'s; MLflow store: LOPD_MLFLOW_URI.)
 """
 
 import argparse
@@ -27,19 +28,28 @@ from accelerate import PartialState
 from baselines.grpo import GRPO
 from baselines.sdpo import SDPO
 from baselines.skill_sd import SkillSD
+from evaluation.coding.code_blocks import extract_code
+from lopd.core import loop
 from lopd.core.config import resolve
 from lopd.core.device import device
 from lopd.core.distributed import ProcessSplitError, full_state_dict
-from lopd.core import loop
+from lopd.core.domain import Domain
 from lopd.core.loop import train
 from lopd.core.rollout import Task, single_turn
 from lopd.core.tracking import Tracker
-from lopd.latent.bank import BankEntry, sample_rollouts, task_text, trace_function, write_bank
+from lopd.latent.bank import BankEntry, sample_rollouts, task_text, write_bank
 from lopd.latent.cold_start import ANCHORS_FILE, COMPOSER_FILE, cold_start
 from lopd.latent.composer import FRAMINGS
 from lopd.latent.method import LOPD
-from lopd.latent.retrieval import (BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE, TextEmbedder,
-                                   document_text, query_text, save_vectors)
+from lopd.latent.retrieval import (
+    BANK_FILE,
+    DOCUMENTS_FILE,
+    QUERIES_FILE,
+    TextEmbedder,
+    document_text,
+    query_text,
+    save_vectors,
+)
 
 TASKS = [Task(f"t{i}", [{"role": "system", "content": "You are an expert Python programmer."},
                         {"role": "user", "content": f"Print the number {i} times two."}]) for i in range(6)]
@@ -120,10 +130,13 @@ def main() -> None:
     base = overrides(args.embedder, args.profile)
     cfg = resolve({**base, "train": {**base["train"], "sharding": sharding}})
 
-    def lopd(cfg):
-        return LOPD(cfg, work / "bank", work / "composer", FRAMINGS["code"], trace_function("code"))
+    domain = Domain.scratch(work, "code", extract_code)  # the bank and composer prepare_inputs wrote
 
-    methods = {"grpo": GRPO(cfg.grpo), "sdpo": SDPO(cfg), "skill_sd": SkillSD(cfg, work / "bank"), "lopd": lopd(cfg)}
+    def lopd(cfg):
+        return LOPD(cfg, domain)
+
+    methods = {"grpo": GRPO(cfg, domain), "sdpo": SDPO(cfg, domain), "skill_sd": SkillSD(cfg, domain),
+               "lopd": lopd(cfg)}
     out = {}
     for name, method in methods.items():
         students, local_rewards = [], []
@@ -180,7 +193,7 @@ def main() -> None:
                             sample_rollouts(cfg, TASKS, single_turn(score), model_dir, tasks_per_batch=2)]
     try:  # 3 tasks per step cannot split over 2 processes
         uneven = resolve({"profile": "smoke", "train": {"steps": 1, "rollouts_per_step": 12}})
-        train(uneven, GRPO(uneven.grpo), TASKS, single_turn(score), model_dir, work / "runs" / "uneven")
+        train(uneven, GRPO(uneven, domain), TASKS, single_turn(score), model_dir, work / "runs" / "uneven")
         out["uneven"] = "no error"
     except ProcessSplitError as err:
         out["uneven"] = str(err)

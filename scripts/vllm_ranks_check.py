@@ -27,15 +27,15 @@ import torch
 from accelerate import PartialState
 
 from baselines.grpo import GRPO
+from evaluation.coding.code_blocks import extract_code
 from lopd.core import loop
 from lopd.core.config import resolve
 from lopd.core.device import device
 from lopd.core.distributed import full_parameters, full_state_dict, shard
+from lopd.core.domain import Domain
 from lopd.core.models import load_model, load_tokenizer
 from lopd.core.rollout import encode_prompt, make_backend, sampling_params, single_turn, step_seed
 from lopd.core.sampling import SamplingParams
-from lopd.latent.bank import trace_function
-from lopd.latent.composer import FRAMINGS
 from lopd.latent.method import LOPD
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or loaded by a test
@@ -159,9 +159,10 @@ def main() -> None:
     if rank == world - 1:
         engine.generate(prompts, PARAMS, seed=13)
     cfg = config()
-    out["grpo"] = trained("grpo", GRPO(cfg.grpo), cfg, model_dir, work, prompts)
+    domain = Domain.scratch(work, "code", extract_code)  # the bank and composer prepared in WORK_DIR
+    out["grpo"] = trained("grpo", GRPO(cfg, domain), cfg, model_dir, work, prompts)
     cfg = config("fsdp2")
-    lopd = LOPD(cfg, work / "bank", work / "composer", FRAMINGS["code"], trace_function("code"))
+    lopd = LOPD(cfg, domain)
     out["lopd"] = trained("lopd", lopd, cfg, model_dir, work, prompts)
     torch.save(out, work / f"rank{rank}.pt")
 

@@ -15,8 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.agentic.acebench import (SIMULATOR_STOP, ACEEnvironment, ACETask, LocalModelUser, OpenAICompatibleUser,
-                                         load_acebench, replay_ground_truth)
+from evaluation.agentic.acebench import (
+    SIMULATOR_STOP,
+    ACEEnvironment,
+    ACETask,
+    LocalModelUser,
+    OpenAICompatibleUser,
+    load_acebench,
+    replay_ground_truth,
+)
 from evaluation.agentic.acebench.data import parse_calls
 from evaluation.agentic.acebench.phone import BaseApi, FoodPlatform, MessageApi, ReminderApi
 from evaluation.agentic.acebench.scoring import process_accuracy

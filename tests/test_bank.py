@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from lopd.core.trajectory import Trajectory, Turn
-from lopd.latent.bank import (BankEntry, check_no_eval_overlap, episode_turns, read_bank, successful_entries,
-                              write_bank)
+from lopd.latent.bank import BankEntry, check_no_eval_overlap, episode_turns, read_bank, successful_entries, write_bank
 from lopd.latent.retrieval import BANK_FILE, EMBEDDED_MINILM, Retriever, TextEmbedder, load_bank
 
 

@@ -7,8 +7,15 @@ import math
 import pytest
 import torch
 
-from lopd.core.losses import (TopkTailReverseKL, chunked_distillation, distillation_loss, forward_kl,
-                              importance_weights, sampled_token_reverse_kl, topk_tail_reverse_kl)
+from lopd.core.losses import (
+    TopkTailReverseKL,
+    chunked_distillation,
+    distillation_loss,
+    forward_kl,
+    importance_weights,
+    sampled_token_reverse_kl,
+    topk_tail_reverse_kl,
+)
 
 
 def _logps(n=5, v=11, seed=0, scale=2.0):
@@ -115,7 +122,8 @@ trl_sdft = pytest.importorskip("trl.experimental.sdft.loss_utils")
 
 def _logits(seed=0, n=6, v=40):
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(1, n, v, generator=g, dtype=torch.float64), torch.randn(1, n, v, generator=g, dtype=torch.float64)
+    return (torch.randn(1, n, v, generator=g, dtype=torch.float64),
+            torch.randn(1, n, v, generator=g, dtype=torch.float64))
 
 
 @pytest.mark.parametrize("k", [3, 10])

@@ -11,19 +11,28 @@ import torch
 from safetensors.torch import load_file
 
 from baselines import opsd, sdft, sdpo, skill_sd
-from lopd.latent.bank import BankEntry
-from lopd.core.config import ConfigError, resolve
-from lopd.core.checkpoint import MANIFEST, policy_dir
-from lopd.core import loop, rollout
-from lopd.core.loop import MethodInputError, train
-from lopd.core.models import load_model
-from baselines.pool import (BASE_MODEL_ROLLOUT, POOL_FILE, REFERENCE_SOLUTION, Demonstration, assemble_pool, load_pool,
-                       render_reference, write_pool)
-from lopd.latent.retrieval import QUERIES_FILE, TextEmbedder, query_text, save_vectors
-from lopd.core.rollout import Task, single_turn
-from lopd.core.sampling import HFBackend
+from baselines.pool import (
+    BASE_MODEL_ROLLOUT,
+    POOL_FILE,
+    REFERENCE_SOLUTION,
+    Demonstration,
+    assemble_pool,
+    load_pool,
+    render_reference,
+    write_pool,
+)
 from baselines.skills import Skill, ucb1_choice
 from baselines.teachers import Teacher, ema_update_
+from lopd.core import loop, rollout
+from lopd.core.checkpoint import MANIFEST, policy_dir
+from lopd.core.config import ConfigError, resolve
+from lopd.core.domain import Domain
+from lopd.core.loop import MethodInputError, train
+from lopd.core.models import load_model
+from lopd.core.rollout import Task, single_turn
+from lopd.core.sampling import HFBackend
+from lopd.latent.bank import BankEntry
+from lopd.latent.retrieval import QUERIES_FILE, TextEmbedder, query_text, save_vectors
 
 SYSTEM = "You are an expert Python programmer."
 TASKS = [Task(f"t{i}", [{"role": "system", "content": SYSTEM},
@@ -36,6 +45,11 @@ def _score(tasks, completions):
 
 def _cfg(**overrides):
     return resolve({"profile": "smoke", "train": {"steps": 2, "save_every": 1}, **overrides})
+
+
+def _domain(**folders):
+    """The code domain with the given bank or pool folder (the others unused)."""
+    return Domain.scratch("unused", **folders)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +79,7 @@ def _weights(model_dir):
 # --- templates: the teacher's context is rendered exactly as Appendix B shows -----------------------------------
 
 def test_sdft_appends_the_demonstration_to_the_user_message():
-    method = sdft.SDFT(_cfg(), "unused")
+    method = sdft.SDFT(_cfg(), Domain.scratch("unused"))
     got = method.with_demonstration(TASKS[1].messages, "DEMO")
     assert got == [{"role": "system", "content": SYSTEM},
                    {"role": "user", "content": "Print the number 1 times two.\n\nThis is an example for a response to "
@@ -78,7 +92,7 @@ def test_opsd_appends_the_oracle_trajectory_to_the_system_message_or_creates_one
              "you must still interact with the environment to complete the task.\nGT\n\nAfter reading the reference "
              "solution above, make sure you truly understand the reasoning behind each step. Now, using your own words "
              "and independent reasoning, derive the same final answer.")
-    method = opsd.OPSD(_cfg(), "unused")
+    method = opsd.OPSD(_cfg(), Domain.scratch("unused"))
     assert method.with_demonstration(TASKS[0].messages, "GT") == [
         {"role": "system", "content": f"{SYSTEM}\n\n{block}"}, TASKS[0].messages[1]]
     assert method.with_demonstration([TASKS[0].messages[1]], "GT") == [
@@ -86,7 +100,7 @@ def test_opsd_appends_the_oracle_trajectory_to_the_system_message_or_creates_one
 
 
 def test_sdpo_reprompts_with_a_successful_sibling(tokenizer):
-    method = sdpo.SDPO(_cfg(sdpo={"success_threshold": 0.9}))
+    method = sdpo.SDPO(_cfg(sdpo={"success_threshold": 0.9}), Domain.scratch("unused"))
     method.tokenizer, method.messages = tokenizer, {t.task_id: t.messages for t in TASKS}
     from lopd.core.trajectory import Trajectory, Turn
     solution_ids = tokenizer.encode("print(2)")
@@ -153,7 +167,7 @@ def test_ema_update_moves_the_teacher_by_the_rate():
 @pytest.mark.parametrize("name", ["sdft", "sdpo"])
 def test_ema_teacher_after_one_step_is_the_rate_weighted_average(name, tiny_model_dir, pool_path, tmp_path):
     cfg = _cfg(train={"steps": 1}, sdpo={"success_threshold": 0.5})
-    method = sdft.SDFT(cfg, pool_path) if name == "sdft" else sdpo.SDPO(cfg)
+    method = (sdft.SDFT if name == "sdft" else sdpo.SDPO)(cfg, _domain(pool=pool_path.parent))
     rate = cfg.sdft.ema_rate if name == "sdft" else cfg.sdpo.ema_rate
     train(cfg, method, TASKS, single_turn(_score), tiny_model_dir, tmp_path / name)
     base, student = _weights(tiny_model_dir), _weights(tmp_path / name)
@@ -165,7 +179,7 @@ def test_ema_teacher_after_one_step_is_the_rate_weighted_average(name, tiny_mode
 
 def test_frozen_teacher_stays_frozen_and_no_gradient_reaches_any_teacher(tiny_model_dir, pool_path, tmp_path):
     cfg = _cfg()
-    method = opsd.OPSD(cfg, pool_path)
+    method = opsd.OPSD(cfg, _domain(pool=pool_path.parent))
     train(cfg, method, TASKS, single_turn(_score), tiny_model_dir, tmp_path / "opsd")
     base = _weights(tiny_model_dir)
     teacher = method.teacher_model.model
@@ -184,7 +198,7 @@ def test_frozen_teacher_stays_frozen_and_no_gradient_reaches_any_teacher(tiny_mo
 @pytest.mark.parametrize("name", ["sdft", "opsd"])
 def test_pool_methods_train_and_log(name, tiny_model_dir, pool_path, tmp_path):
     cfg = _cfg()
-    method = (sdft.SDFT if name == "sdft" else opsd.OPSD)(cfg, pool_path)
+    method = (sdft.SDFT if name == "sdft" else opsd.OPSD)(cfg, _domain(pool=pool_path.parent))
     result = train(cfg, method, TASKS, single_turn(_score), tiny_model_dir, tmp_path / name)
     history = result["history"]
     assert [h["cumulative_rollouts"] for h in history] == [8, 16]
@@ -195,21 +209,21 @@ def test_pool_methods_train_and_log(name, tiny_model_dir, pool_path, tmp_path):
 
 def test_sdpo_without_a_successful_sibling_has_no_signal(tiny_model_dir, tmp_path):
     cfg = _cfg(sdpo={"success_threshold": 0.9})
-    result = train(cfg, sdpo.SDPO(cfg), TASKS, single_turn(lambda tasks, completions: [0.5] * len(completions)),
-                   tiny_model_dir, tmp_path / "sdpo")
+    result = train(cfg, sdpo.SDPO(cfg, _domain()), TASKS,
+                   single_turn(lambda tasks, completions: [0.5] * len(completions)), tiny_model_dir, tmp_path / "sdpo")
     assert all(h["privileged_fraction"] == 0 and h["trained_fraction"] == 0 for h in result["history"])
     assert all(torch.equal(v, _weights(tiny_model_dir)[k]) for k, v in _weights(tmp_path / "sdpo").items())
 
 
 def test_skill_sd_builds_skills_picks_them_by_ucb_and_resumes(tiny_model_dir, bank_dir, tmp_path):
     cfg = _cfg(train={"steps": 3, "save_every": 1})
-    method = skill_sd.SkillSD(cfg, bank_dir)
+    method = skill_sd.SkillSD(cfg, _domain(bank=bank_dir))
     history = train(cfg, method, TASKS, single_turn(_score), tiny_model_dir, tmp_path / "run")["history"]
     assert history[0]["privileged_fraction"] == 0  # no skill exists before the first step's summaries
     assert [h["skill_bank_size"] for h in history] == [2, 4, 6]  # one skill per group (8 rollouts / G=4)
     assert history[1]["privileged_fraction"] == 1 and history[1]["ucb_selections"] == 2
     assert all(s.what_works and s.what_to_avoid and s.workflow for s in method.skills.skills)
-    resumed = skill_sd.SkillSD(_cfg(train={"steps": 4, "save_every": 1}), bank_dir)
+    resumed = skill_sd.SkillSD(_cfg(train={"steps": 4, "save_every": 1}), _domain(bank=bank_dir))
     train(resumed.cfg, resumed, TASKS, single_turn(_score), tiny_model_dir, tmp_path / "run")
     assert resumed.skills.skills[:6] == method.skills.skills and len(resumed.skills.skills) == 8
     assert resumed.skills.counts[:6] != [0] * 6
@@ -222,17 +236,20 @@ def test_skill_sd_summarises_with_the_hf_sampler_whatever_the_rollout_backend(ti
     monkeypatch.setattr(loop, "make_backend", lambda model_dir, tokenizer, cfg, *args, **kwargs:
                         rollout.make_backend(model_dir, tokenizer, rollouts_by_hf, *args, **kwargs))
     cfg = _cfg(train={"steps": 1, "save_every": 1}, sampling={"backend": "vllm"})
-    method = skill_sd.SkillSD(cfg, bank_dir)
+    method = skill_sd.SkillSD(cfg, _domain(bank=bank_dir))
     train(cfg, method, TASKS, single_turn(_score), tiny_model_dir, tmp_path / "run")
     assert isinstance(method.summariser, HFBackend) and len(method.skills.skills) == 2
 
 
 def test_resumed_ema_run_equals_an_uninterrupted_one(tiny_model_dir, pool_path, tmp_path):
     straight = _cfg(train={"steps": 2, "save_every": 2})
-    train(straight, sdft.SDFT(straight, pool_path), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "a")
+    train(straight, sdft.SDFT(straight, _domain(pool=pool_path.parent)), TASKS, single_turn(_score), tiny_model_dir,
+          tmp_path / "a")
     first = _cfg(train={"steps": 1, "save_every": 1})
-    train(first, sdft.SDFT(first, pool_path), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "b")
-    train(straight, sdft.SDFT(straight, pool_path), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "b")
+    train(first, sdft.SDFT(first, _domain(pool=pool_path.parent)), TASKS, single_turn(_score), tiny_model_dir,
+          tmp_path / "b")
+    train(straight, sdft.SDFT(straight, _domain(pool=pool_path.parent)), TASKS, single_turn(_score), tiny_model_dir,
+          tmp_path / "b")
     a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
     assert all(torch.equal(a[k], b[k]) for k in a)
 
@@ -258,9 +275,11 @@ def test_an_empty_pool_stops_sdft_and_opsd_with_a_clear_error(tiny_model_dir, tm
     with pytest.raises(ValueError, match="oracle pool is empty"):
         load_pool(tmp_path / POOL_FILE)
     with pytest.raises(MethodInputError, match="opsd: .*oracle pool is empty"):
-        train(_cfg(), opsd.OPSD(_cfg(), tmp_path / POOL_FILE), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "x")
+        train(_cfg(), opsd.OPSD(_cfg(), _domain(pool=tmp_path)), TASKS, single_turn(_score), tiny_model_dir,
+              tmp_path / "x")
     with pytest.raises(MethodInputError, match="run the build_pool stage"):
-        train(_cfg(), sdft.SDFT(_cfg(), tmp_path / "none.jsonl"), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "y")
+        train(_cfg(), sdft.SDFT(_cfg(), _domain(pool=tmp_path / "none")), TASKS, single_turn(_score), tiny_model_dir,
+              tmp_path / "y")
 
 
 DEMO = {"task_id": "t0", "task": "task", "text": "```python\nprint(0)\n```", "source": REFERENCE_SOLUTION}

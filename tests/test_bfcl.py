@@ -237,7 +237,8 @@ def test_argument_text_is_never_executed_by_the_checker(subsets, tmp_path):
     marker = tmp_path / "executed"
     payload = f"'); open({str(marker)!r}, 'w').write('x'); ('\" cd(folder='..') \\ \n\t{{}}"
     turns = [list(turn) for turn in entry.ground_truth]
-    turns[0] = [("echo", {"content": payload, "file_name": "notes.txt"}), ("cat", {"file_name": "notes.txt"}), *turns[0]]
+    turns[0] = [("echo", {"content": payload, "file_name": "notes.txt"}), ("cat", {"file_name": "notes.txt"}),
+                *turns[0]]
     env = BFCLEnvironment(entry)
     env.reset()
     for calls in turns:

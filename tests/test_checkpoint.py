@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 from baselines.grpo import GRPO
 from lopd.core import checkpoint, provenance
 from lopd.core.config import resolve
+from lopd.core.domain import Domain
 from lopd.core.loop import train
 from lopd.core.rollout import Task, single_turn
 
@@ -40,7 +41,7 @@ def _cfg(steps=STEPS, seed=0):
 
 def _train(base, out, steps=STEPS):
     cfg = _cfg(steps)
-    return train(cfg, GRPO(cfg.grpo), TASKS, single_turn(_score), base, out)
+    return train(cfg, GRPO(cfg, Domain.scratch("unused")), TASKS, single_turn(_score), base, out)
 
 
 def _kill_at(monkeypatch, point, nth):
@@ -231,7 +232,7 @@ class GRPOWithInput(GRPO):
     """GRPO that declares an input file, standing in for bank / pool / composer readers."""
 
     def __init__(self, cfg, path):
-        super().__init__(cfg)
+        super().__init__(cfg, Domain.scratch("unused"))
         self.path = path
 
     def inputs(self):
@@ -241,7 +242,7 @@ class GRPOWithInput(GRPO):
 def test_the_fingerprint_covers_config_code_and_inputs_but_not_budgets(tiny_model_dir, tmp_path, monkeypatch):
     cfg, data = _cfg(), tmp_path / "input.jsonl"
     data.write_text("a\n")
-    method = GRPOWithInput(cfg.grpo, data)
+    method = GRPOWithInput(cfg, data)
     before = checkpoint.fingerprint(cfg, method, tiny_model_dir)
     assert checkpoint.fingerprint(_cfg(steps=9), method, tiny_model_dir) == before  # a longer budget resumes
     assert checkpoint.fingerprint(_cfg(seed=1), method, tiny_model_dir)["config"] != before["config"]

@@ -6,11 +6,21 @@ import types
 import pytest
 import torch
 
-from lopd.latent.composer import (FRAMINGS, Composer, attribute_set, block_mask, compose, encoder_text,
-                                  inject_latents, shared_prefix_row, teacher_batch, teacher_prompt_ids)
 from lopd.core.config import ComposerConfig
 from lopd.core.models import load_model
 from lopd.core.trajectory import Trajectory, Turn
+from lopd.latent.composer import (
+    FRAMINGS,
+    Composer,
+    attribute_set,
+    block_mask,
+    compose,
+    encoder_text,
+    inject_latents,
+    shared_prefix_row,
+    teacher_batch,
+    teacher_prompt_ids,
+)
 
 MESSAGES = [{"role": "system", "content": "You are an expert Python programmer."},
             {"role": "user", "content": "Print the sum of two integers read from stdin."}]
@@ -114,7 +124,8 @@ def test_checkpointed_teacher_gives_the_plain_gradients(tiny_model_dir, tokenize
     for checkpointing in (False, True):
         torch.manual_seed(0)
         composer = Composer(load_model(tiny_model_dir), tokenizer,
-                            ComposerConfig(qformer_layers=2, max_item_tokens=64, activation_checkpointing=checkpointing),
+                            ComposerConfig(qformer_layers=2, max_item_tokens=64,
+                                           activation_checkpointing=checkpointing),
                             latent_tokens=4)
         with torch.no_grad():  # a live adapter: recomputing the teacher with it on would change the gradients
             for name, p in composer.named_parameters():

@@ -6,16 +6,29 @@ from pathlib import Path
 import pytest
 
 from lopd.core import registry
-from lopd.core.config import (CONF_DIR, PROFILES_NAMES, REPO_ROOT, Config, ConfigError, build_config, compose,
-                              load_config, mlflow_uri, read_yaml, resolve, resolve_model, resolve_path)
+from lopd.core.config import (
+    CONF_DIR,
+    PROFILES_NAMES,
+    REPO_ROOT,
+    Config,
+    ConfigError,
+    build_config,
+    compose,
+    load_config,
+    mlflow_uri,
+    read_yaml,
+    resolve,
+    resolve_model,
+    resolve_path,
+)
 
 
 def test_repo_params_are_the_default_composition():
     """The committed params.yaml is what `dvc exp run` composes from conf/ with no overrides (DVC's own composer)."""
-    from dvc.utils.hydra import compose_and_dump
-
     import tempfile
     from pathlib import Path
+
+    from dvc.utils.hydra import compose_and_dump
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "params.yaml"

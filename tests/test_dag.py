@@ -70,7 +70,8 @@ def test_the_static_scan_finds_everything_a_stage_imports(stage: str):
     """What a stage really loads when it starts (sys.modules after importing its modules) is within its closure."""
     cmd = next(cmd for name, cmd, _ in STAGES if name == stage)
     code = ("import importlib, json, shlex, sys\n"
-            "from pipelines.common import DOMAIN_STAGES, METHOD_STAGES, stage_module, stage_modules\n"  # in every closure
+            # in every closure
+            "from pipelines.common import DOMAIN_STAGES, METHOD_STAGES, stage_module, stage_modules\n"
             "argv = shlex.split(sys.argv[1]); module = stage_module(argv)\n"
             "opt = lambda n: argv[argv.index(n) + 1] if n in argv else None\n"
             "mods = stage_modules(module, opt('--method') if module in METHOD_STAGES else None,\n"

@@ -52,9 +52,9 @@ def test_the_device_is_the_accelerators():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (make gpu-check runs this)")
 def test_models_and_batches_live_on_the_gpu(tiny_model_dir):
-    from lopd.core.rollout import make_backend
     from lopd.core.config import resolve
     from lopd.core.models import load_tokenizer
+    from lopd.core.rollout import make_backend
     from lopd.core.trajectory import Trajectory, Turn, collate
 
     cfg = resolve({"profile": "smoke"})

@@ -13,8 +13,16 @@ from pathlib import Path
 import pytest
 
 from evaluation.agentic import envscaler as es
-from evaluation.agentic.envscaler import (EnvScalerEnvironment, EnvScalerSuite, EnvScalerWorker, TaskItem,
-                                          items_from_dicts, load_envscaler, replay, split_tasks)
+from evaluation.agentic.envscaler import (
+    EnvScalerEnvironment,
+    EnvScalerSuite,
+    EnvScalerWorker,
+    TaskItem,
+    items_from_dicts,
+    load_envscaler,
+    replay,
+    split_tasks,
+)
 from lopd.core.multiturn import AGENT_SYSTEM_PROMPT, TASK_COMPLETED
 
 BANK_CODE = '''

@@ -6,8 +6,14 @@ import subprocess
 import pytest
 
 from lopd.core.config import compose
-from lopd.core.experiments import (MAX_NAME_CHARS, experiment_name, flatten, is_dvc_generated, param_overrides,
-                                   profile_overrides)
+from lopd.core.experiments import (
+    MAX_NAME_CHARS,
+    experiment_name,
+    flatten,
+    is_dvc_generated,
+    param_overrides,
+    profile_overrides,
+)
 from pipelines.common import uniform_rows
 
 

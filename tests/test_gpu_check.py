@@ -5,7 +5,7 @@ import torch
 
 def lopd_run(weights: dict, rewards: list, losses: list) -> dict:
     return {"weights": {k: torch.tensor(v) for k, v in weights.items()},
-            "history": [{"reward": r, "loss": l, "kl": 0.0} for r, l in zip(rewards, losses)]}
+            "history": [{"reward": reward, "loss": loss, "kl": 0.0} for reward, loss in zip(rewards, losses)]}
 
 
 def test_resume_comparison_reports_the_largest_weight_difference_and_both_histories(load_script):

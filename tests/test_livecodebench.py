@@ -10,10 +10,15 @@ from datetime import date
 
 import pytest
 
+from evaluation.livecodebench import (
+    build_messages,
+    decode_private_tests,
+    load_problems,
+    run_problem,
+    score,
+    stdout_matches,
+)
 from lopd.core.config import ConfigError, resolve
-from evaluation.livecodebench import (build_messages, decode_private_tests, load_problems,
-                                      run_problem, score, stdout_matches)
-
 
 CONFIG = resolve({"profile": "smoke"})
 V5, V6 = CONFIG.data.livecodebench_window("lcb_v5"), CONFIG.data.livecodebench_window("lcb_v6")
@@ -27,7 +32,8 @@ def _row(qid, contest_date, tests, private, func_name=None, starter=""):
     public = [t for t in tests if t is not None]
     return {"question_title": f"T{qid}", "question_content": f"Problem {qid}.", "platform": "atcoder",
             "question_id": qid, "contest_id": "c1", "contest_date": contest_date, "starter_code": starter,
-            "difficulty": "easy", "public_test_cases": json.dumps(public), "private_test_cases": _blob(json.dumps(private)),
+            "difficulty": "easy", "public_test_cases": json.dumps(public),
+            "private_test_cases": _blob(json.dumps(private)),
             "metadata": json.dumps({"func_name": func_name} if func_name else {})}
 
 

@@ -7,11 +7,12 @@ from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from baselines.grpo import GRPO
-from lopd.core.config import resolve
+from baselines.vanilla import Vanilla
 from lopd.core.checkpoint import policy_dir
+from lopd.core.config import resolve
+from lopd.core.domain import Domain
 from lopd.core.loop import policy_optimizer, reward_metrics, tasks_for_step, train
 from lopd.core.rollout import Task, single_turn
-from baselines.vanilla import Vanilla
 
 TASKS = [Task(f"t{i}", [{"role": "user", "content": f"Say something about the number {i}."}]) for i in range(6)]
 
@@ -25,6 +26,9 @@ def _cfg(steps):
     return resolve({"profile": "smoke", "train": {"steps": steps, "save_every": 1, "val_every": 1}})
 
 
+NO_DOMAIN = Domain.scratch("unused")  # GRPO and Vanilla read no domain folder
+
+
 def _weights(path):
     """A training run's final weights (the base folder is never needed: the methods here train)."""
     return load_file(str(policy_dir(path, base_dir=None) / "model.safetensors"))
@@ -32,7 +36,7 @@ def _weights(path):
 
 def test_grpo_updates_weights_and_resume_equals_uninterrupted_run(tiny_model_dir, tmp_path):
     held_out = [Task("v0", [{"role": "user", "content": "Count to three."}])] * 3
-    run = lambda steps, out: train(_cfg(steps), GRPO(_cfg(steps).grpo), TASKS, single_turn(_score),  # noqa: E731
+    run = lambda steps, out: train(_cfg(steps), GRPO(_cfg(steps), NO_DOMAIN), TASKS, single_turn(_score),  # noqa: E731
                                    tiny_model_dir, tmp_path / out, validation=held_out)
     straight = run(2, "a")
     run(1, "b")
@@ -73,14 +77,14 @@ def test_a_method_sections_lr_overrides_the_shared_one(tiny_model_dir, tmp_path)
     shared = resolve({"profile": "smoke", "train": {"steps": 1, "lr": 3e-6}})
     own = resolve({"profile": "smoke", "train": {"steps": 1, "lr": 3e-6}, "grpo": {"lr": 1e-6}})
     for cfg, expected in ((shared, 3e-6), (own, 1e-6)):
-        out = train(cfg, GRPO(cfg.grpo), TASKS, single_turn(_score), tiny_model_dir, tmp_path / str(expected))
+        out = train(cfg, GRPO(cfg, NO_DOMAIN), TASKS, single_turn(_score), tiny_model_dir, tmp_path / str(expected))
         assert [h["learning_rate"] for h in out["history"]] == [expected]
 
 
 def test_activation_checkpointing_gives_the_same_weights(tiny_model_dir, tmp_path):
     for checkpointing in (True, False):
         cfg = resolve({"profile": "smoke", "train": {"steps": 1, "activation_checkpointing": checkpointing}})
-        train(cfg, GRPO(cfg.grpo), TASKS, single_turn(_score), tiny_model_dir, tmp_path / str(checkpointing))
+        train(cfg, GRPO(cfg, NO_DOMAIN), TASKS, single_turn(_score), tiny_model_dir, tmp_path / str(checkpointing))
     on, off = _weights(tmp_path / "True"), _weights(tmp_path / "False")
     base = load_file(str(tiny_model_dir / "model.safetensors"))
     assert any(not torch.equal(on[k], base[k]) for k in on)
@@ -88,23 +92,23 @@ def test_activation_checkpointing_gives_the_same_weights(tiny_model_dir, tmp_pat
 
 
 def test_changed_config_does_not_resume_stale_state(tiny_model_dir, tmp_path, capsys):
-    train(_cfg(1), GRPO(_cfg(1).grpo), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "c")
+    train(_cfg(1), GRPO(_cfg(1), NO_DOMAIN), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "c")
     other = resolve({"profile": "smoke", "seed": 5, "train": {"steps": 1, "save_every": 1}})
-    result = train(other, GRPO(other.grpo), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "c")
+    result = train(other, GRPO(other, NO_DOMAIN), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "c")
     assert "starting fresh" in capsys.readouterr().out
     assert len(result["history"]) == 1
 
 
 def test_a_shorter_run_does_not_reuse_a_longer_checkpoint(tiny_model_dir, tmp_path, capsys):
-    train(_cfg(2), GRPO(_cfg(2).grpo), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "d")
-    result = train(_cfg(1), GRPO(_cfg(1).grpo), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "d")
+    train(_cfg(2), GRPO(_cfg(2), NO_DOMAIN), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "d")
+    result = train(_cfg(1), GRPO(_cfg(1), NO_DOMAIN), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "d")
     assert "starting fresh" in capsys.readouterr().out
     assert len(result["history"]) == 1
     assert json.loads((tmp_path / "d" / "manifest.json").read_text())["steps"] == 1
 
 
 def test_vanilla_checkpoint_points_at_base(tiny_model_dir, tmp_path):
-    train(_cfg(2), Vanilla(_cfg(2)), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "v")
+    train(_cfg(2), Vanilla(_cfg(2), NO_DOMAIN), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "v")
     assert json.loads((tmp_path / "v" / "manifest.json").read_text())["weights"] == "base"
     assert policy_dir(tmp_path / "v", tiny_model_dir) == tiny_model_dir
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
@@ -154,7 +158,7 @@ def test_skipping_zero_advantage_groups_is_exact(tiny_model_dir):
                 for i, (r, g) in enumerate(zip(rewards, [0, 0, 0, 0, 1, 1, 1, 1]))]
 
     params = []
-    for method in (GRPO(cfg.grpo), GRPONoSkip(cfg.grpo)):
+    for method in (GRPO(cfg, NO_DOMAIN), GRPONoSkip(cfg, NO_DOMAIN)):
         torch.manual_seed(0)
         model = load_model(tiny_model_dir)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -190,7 +194,7 @@ def test_micro_batches_accumulate_to_the_whole_batchs_gradient(tiny_model_dir, m
     for size in (8, micro):
         cfg = resolve({"profile": "smoke", "train": {"micro_batch_size": size, "grad_clip": 1e9}})
         model = load_model(tiny_model_dir)
-        update(model, torch.optim.SGD(model.parameters(), lr=0.0), Accelerator(cpu=True), GRPO(cfg.grpo),
+        update(model, torch.optim.SGD(model.parameters(), lr=0.0), Accelerator(cpu=True), GRPO(cfg, NO_DOMAIN),
                trajectories(), pad_id=0, cfg=cfg)
         grads.append([p.grad.clone() for p in model.parameters()])
     assert any(g.abs().sum() > 0 for g in grads[0])
@@ -201,7 +205,7 @@ def test_micro_batches_accumulate_to_the_whole_batchs_gradient(tiny_model_dir, m
 def test_the_per_tensor_adamw_on_cpu_updates_as_the_multi_tensor_one(tiny_model_dir):
     """The loop's CPU optimizer (one tensor at a time, for memory) takes the same steps as torch's foreach path."""
     cfg = resolve({"profile": "smoke", "train": {"weight_decay": 0.1}})
-    method = GRPO.from_config(cfg, None)
+    method = GRPO(cfg, NO_DOMAIN)
     models = [AutoModelForCausalLM.from_pretrained(tiny_model_dir) for _ in range(2)]
     optimizers = [policy_optimizer(models[0], method, cfg),
                   torch.optim.AdamW(models[1].parameters(), lr=method.lr(cfg), weight_decay=0.1, foreach=True)]

@@ -5,18 +5,20 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lopd.latent.bank import BankEntry, task_text, write_bank
-from lopd.latent import cold_start as cold_start_module
-from lopd.latent.cold_start import ANCHORS_FILE, COMPOSER_FILE, PROGRESS_FILE, cold_start
-from lopd.latent.composer import FRAMINGS
+from lopd.core.checkpoint import load as load_checkpoint
+from lopd.core.checkpoint import policy_dir
 from lopd.core.config import resolve
-from lopd.latent.method import LOPD
-from lopd.core.checkpoint import load as load_checkpoint, policy_dir
+from lopd.core.domain import Domain
 from lopd.core.loop import MethodInputError, train
 from lopd.core.methods import MethodContext
 from lopd.core.models import load_tokenizer
-from lopd.latent.retrieval import BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE, save_vectors
 from lopd.core.rollout import Task, single_turn
+from lopd.latent import cold_start as cold_start_module
+from lopd.latent.bank import BankEntry, task_text, write_bank
+from lopd.latent.cold_start import ANCHORS_FILE, COMPOSER_FILE, PROGRESS_FILE, cold_start
+from lopd.latent.composer import FRAMINGS
+from lopd.latent.method import LOPD
+from lopd.latent.retrieval import BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE, save_vectors
 
 TASKS = [Task(f"t{i}", [{"role": "system", "content": "You are an expert Python programmer."},
                         {"role": "user", "content": f"Print the number {i} times two."}]) for i in range(6)]
@@ -109,7 +111,7 @@ def test_cold_start_target_is_the_entrys_actions_with_environment_tokens_masked(
 
 
 def _method(cfg, bank_dir, composer_dir):
-    return LOPD(cfg, bank_dir, composer_dir, FRAMINGS["code"], trace_of=str)
+    return LOPD(cfg, Domain.scratch("unused", bank=bank_dir, composer=composer_dir))
 
 
 def test_lopd_trains_student_and_composer_with_the_dual_update(tiny_model_dir, bank_dir, composer_dir, tmp_path):
@@ -159,10 +161,12 @@ def test_margin_zero_with_and_without_the_constraint(tiny_model_dir, bank_dir, c
 
 
 def test_lopd_resume_equals_uninterrupted_run(tiny_model_dir, bank_dir, composer_dir, tmp_path):
-    straight = train(_cfg(), _method(_cfg(), bank_dir, composer_dir), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "a")
+    straight = train(_cfg(), _method(_cfg(), bank_dir, composer_dir), TASKS, single_turn(_score), tiny_model_dir,
+                     tmp_path / "a")
     one = _cfg(train={"steps": 1, "save_every": 1})
     train(one, _method(one, bank_dir, composer_dir), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "b")
-    resumed = train(_cfg(), _method(_cfg(), bank_dir, composer_dir), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "b")
+    resumed = train(_cfg(), _method(_cfg(), bank_dir, composer_dir), TASKS, single_turn(_score), tiny_model_dir,
+                    tmp_path / "b")
     a, b = (load_file(str(policy_dir(tmp_path / run, tiny_model_dir) / "model.safetensors")) for run in "ab")
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
     keys = ("beta_next", "privilege_margin", "distill_loss")
@@ -197,7 +201,8 @@ def test_bank_growth_adds_training_successes_and_survives_resume(tiny_model_dir,
                  embedder.embed([query_text(task_text(t.messages), "q") for t in TASKS]))
     cfg = _cfg(cold_start={"steps": 0}, bank={"grow_during_training": True, "success_threshold": 0.5})
     cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path / "composer", FRAMINGS["code"])
-    result = train(cfg, _method(cfg, bank_dir, tmp_path / "composer"), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "r")
+    result = train(cfg, _method(cfg, bank_dir, tmp_path / "composer"), TASKS, single_turn(_score), tiny_model_dir,
+                   tmp_path / "r")
     successes = [round(h["reward"] * cfg.train.rollouts_per_step) for h in result["history"]]
     assert [h["bank_size"] for h in result["history"]] == [3 + successes[0], 3 + sum(successes)]
     resumed = _method(cfg, bank_dir, tmp_path / "composer")
@@ -296,5 +301,6 @@ def test_activation_checkpointing_changes_memory_not_results(tiny_model_dir, ban
 
 def test_lopd_steps_sets_its_own_budget(tiny_model_dir, bank_dir, composer_dir, tmp_path):
     cfg = _cfg(lopd={"steps": 1})
-    result = train(cfg, _method(cfg, bank_dir, composer_dir), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "one")
+    result = train(cfg, _method(cfg, bank_dir, composer_dir), TASKS, single_turn(_score), tiny_model_dir,
+                   tmp_path / "one")
     assert [h["step"] for h in result["history"]] == [1]

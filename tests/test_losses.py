@@ -27,7 +27,8 @@ def test_token_logprobs_chunked_equals_full_log_softmax_values_and_grads():
 def test_token_logprobs_chunk_size_does_not_change_result():
     torch.manual_seed(1)
     hidden, weight, targets = torch.randn(20, 8), torch.randn(30, 8), torch.randint(0, 30, (20,))
-    assert torch.allclose(token_logprobs(hidden, weight, targets, 1.0, 3), token_logprobs(hidden, weight, targets, 1.0, 100))
+    assert torch.allclose(token_logprobs(hidden, weight, targets, 1.0, 3),
+                          token_logprobs(hidden, weight, targets, 1.0, 100))
 
 
 def test_group_advantages_brute_force():

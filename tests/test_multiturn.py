@@ -12,17 +12,26 @@ from hypothesis import strategies as st
 
 from baselines import opsd, sdft, skill_sd
 from baselines.grpo import GRPO
+from baselines.pool import BASE_MODEL_ROLLOUT, POOL_FILE, Demonstration, write_pool
 from lopd.core import multiturn
 from lopd.core.config import PROFILES_NAMES, ConfigError, resolve
+from lopd.core.domain import Domain
 from lopd.core.loop import train
 from lopd.core.models import load_tokenizer
-from lopd.core.multiturn import (TASK_COMPLETED, ParsedStep, continuation_ids, end_of_turn_id, multi_turn,
-                            observation_lite, parse_step, run_episodes)
-from baselines.pool import BASE_MODEL_ROLLOUT, POOL_FILE, Demonstration, write_pool
-from lopd.latent.retrieval import QUERIES_FILE, TextEmbedder, save_vectors
+from lopd.core.multiturn import (
+    TASK_COMPLETED,
+    ParsedStep,
+    continuation_ids,
+    end_of_turn_id,
+    multi_turn,
+    observation_lite,
+    parse_step,
+    run_episodes,
+)
 from lopd.core.rollout import Task, encode_prompt, make_backend
 from lopd.core.sampling import Completion, SamplingParams
 from lopd.core.trajectory import BEHAVIOUR_KEYS, Turn, collate, with_prompt
+from lopd.latent.retrieval import QUERIES_FILE, TextEmbedder, save_vectors
 
 TOOLS = [{"type": "function", "function": {"name": "add", "description": "Add n to the counter.",
                                            "parameters": {"type": "object", "properties": {"n": {"type": "integer"}},
@@ -277,7 +286,7 @@ def test_real_model_episodes_are_batched_and_train_with_grpo(tiny_model_dir, tok
     assert calls[0] == 4 and len(calls) <= 3  # every active episode of a step in one call
     assert all(len(t.turns) == t.behaviour.steps for t in trajs)
     tasks = [Task(f"t{i}", CounterEnv().reset()[0], tuple(TOOLS)) for i in range(2)]
-    result = train(cfg, GRPO(cfg.grpo), tasks,
+    result = train(cfg, GRPO(cfg, Domain.scratch("unused")), tasks,
                    multi_turn(lambda task: CounterEnv(), 2, 4096, 16, tool_call_format=cfg.agentic.tool_call_format),
                    tiny_model_dir, tmp_path / "grpo")
     (step,) = result["history"]
@@ -444,11 +453,11 @@ def test_self_distillation_methods_train_on_episodes(name, tiny_model_dir, tmp_p
     if name == "skill_sd":
         save_vectors(tmp_path / QUERIES_FILE, [t.task_id for t in tasks],
                      TextEmbedder(cfg.bank.embedder).embed([t.messages[1]["content"] for t in tasks]))
-        method = skill_sd.SkillSD(cfg, tmp_path)
+        method = skill_sd.SkillSD(cfg, Domain.scratch(tmp_path, "agentic", bank=tmp_path))
     else:
         write_pool(tmp_path / POOL_FILE, [Demonstration(t.task_id, "task", '1. add(n=3) -> {"count": 3}',
                                                         BASE_MODEL_ROLLOUT) for t in tasks], {})
-        method = (sdft.SDFT if name == "sdft" else opsd.OPSD)(cfg, tmp_path / POOL_FILE)
+        method = (sdft.SDFT if name == "sdft" else opsd.OPSD)(cfg, Domain.scratch(tmp_path, "agentic", pool=tmp_path))
     rewards = itertools.cycle([1.0, 0.0])  # Skill-SD's group gets nonzero advantages, so it trains
     collect = multi_turn(lambda task: FixedRewardEnv(next(rewards)), max_steps=2, max_context_tokens=2048,
                          max_step_tokens=4, tool_call_format="strict")
@@ -470,7 +479,8 @@ FRAGMENTS = st.sampled_from(["<tool_call>", "</tool_call>", "{", "}", '"name"', 
                              '"get"', '"boom"', '"n"', "1", "-7", "1e999", "null", "[", "]", TASK_COMPLETED, " ",
                              "\n", "\\u0000", "<|im_end|>", "<|im_start|>tool"])
 JSONS = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
-                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+                     lambda inner: (st.lists(inner, max_size=3)
+                                    | st.dictionaries(st.text(max_size=4), inner, max_size=3)),
                      max_leaves=6)
 CALLS = st.builds(lambda name, args: f'<tool_call>{json.dumps({"name": name, "arguments": args})}</tool_call>',
                   st.sampled_from(["add", "get", "boom", "", "x" * 300]), JSONS)

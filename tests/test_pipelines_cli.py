@@ -9,7 +9,6 @@ import pytest
 
 from lopd.core.config import REPO_ROOT
 
-
 # MLflow off (its import and store cost ~2.5 s a stage): these are the stages' own errors. One test keeps it on, for
 # an error raised after the stage's MLflow run has started.
 NO_MLFLOW = {**os.environ, "LOPD_MLFLOW_URI": "off"}

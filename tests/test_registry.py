@@ -33,9 +33,6 @@ class Toy(Method):
     name = "toy"
     rollouts_per_task = 1
 
-    def __init__(self, cfg):
-        self.cfg = cfg
-
     def loss(self, student: PolicyOutputs, batch, trajectories):
         logp = student.logp_B_T()
         loss = -self.cfg.toy.weight * logp.sum() / max(batch.action_mask_B_T.sum().item(), 1)

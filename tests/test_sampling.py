@@ -82,7 +82,8 @@ def test_long_prefill_attention_matches_the_grouped_path():
     mask[1, :, :, :5] = -1e30  # left padding of the second row
     long, _ = grouped_attention(None, query, key, value, mask.bfloat16(), dim ** -0.5)  # masks come in the model dtype
     # the short path, one query block at a time (each block is below the threshold)
-    short = torch.cat([grouped_attention(None, query[:, :, i:i + 512], key, value, mask[:, :, i:i + 512], dim ** -0.5)[0]
+    short = torch.cat([grouped_attention(None, query[:, :, i:i + 512], key, value, mask[:, :, i:i + 512],
+                                         dim ** -0.5)[0]
                        for i in range(0, length, 512)], dim=1)
     assert torch.allclose(long, short, atol=1e-5)
 

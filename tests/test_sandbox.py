@@ -152,7 +152,8 @@ def test_kill_everything_only_reaches_the_sandbox():
         time.sleep(30)
         os._exit(0)
     try:
-        r = run_python("import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError:\n    pass\nprint('done')")
+        r = run_python("import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError:\n"
+                       "    pass\nprint('done')")
         assert r.stdout == "done\n"
         assert os.waitpid(sentinel, os.WNOHANG) == (0, 0)  # still running
     finally:

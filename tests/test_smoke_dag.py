@@ -19,8 +19,8 @@ import pytest
 from lopd.core.config import REPO_ROOT
 
 SHARED = Path(os.environ.get("LOPD_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
-IGNORE = shutil.ignore_patterns(".venv", ".git", "models", "checkpoints", "bank", "pool", "bank_agentic", "pool_agentic",
-                                "results", "metrics", "plots", "cache", "tmp",
+IGNORE = shutil.ignore_patterns(".venv", ".git", "models", "checkpoints", "bank", "pool", "bank_agentic",
+                                "pool_agentic", "results", "metrics", "plots", "cache", "tmp",
                                 "__pycache__", ".pytest_cache", ".hypothesis")
 
 

@@ -5,12 +5,12 @@ import math
 
 import pytest
 import torch
+from test_sampling import _greedy, _prompts, straddling_stop
 
 import lopd.core.static_decode as static_decode
 from lopd.core.models import load_model
 from lopd.core.sampling import HFBackend, SamplingParams
 from lopd.core.static_decode import STATIC_ATTENTION, StaticDecoder, sample_inverse_cdf
-from test_sampling import _greedy, _prompts, straddling_stop
 
 PARAMS = SamplingParams(temperature=0.7, top_p=0.95, top_k=20, max_new_tokens=40)
 

@@ -8,8 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from evaluation.stats import (Z_95, bootstrap_ci, is_single_proportion, paired_bootstrap_diff, score_ci,
-                              wilson_interval)
+from evaluation.stats import Z_95, bootstrap_ci, is_single_proportion, paired_bootstrap_diff, score_ci, wilson_interval
 
 
 def _accepted_range(mean: float, n: int, z: float) -> tuple[float, float]:

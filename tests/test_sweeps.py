@@ -135,7 +135,8 @@ def test_a_point_that_re_ran_an_upstream_stage_is_checked_through_it():
     assert sweeps.stale_reason(point, _lock(DEFAULTS), "train_lopd", k8) is None
     assert sweeps.stale_reason(point, _lock(DEFAULTS, bank="b1"), "train_lopd", k8) == \
         "cold_start: bank changed (build_bank was recorded again)"
-    assert sweeps.stale_reason(point, _lock(DEFAULTS, cold_code="q1"), "train_lopd", k8) == "cold_start: cold.py changed"
+    assert sweeps.stale_reason(point, _lock(DEFAULTS, cold_code="q1"), "train_lopd", k8) == \
+        "cold_start: cold.py changed"
     wrong = _lock({**DEFAULTS, "lopd": {"steps": 2, "top_m": 20}, "latent_tokens": 8}, composer="c8",
                   cold_params={"cold_start.steps": 12, "latent_tokens": 8})
     assert "cold_start.steps" in sweeps.stale_reason(wrong, _lock(DEFAULTS), "train_lopd", k8)

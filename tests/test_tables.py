@@ -8,8 +8,18 @@ import numpy as np
 import pytest
 
 from evaluation.stats import bootstrap_ci, paired_bootstrap_diff, wilson_interval
-from evaluation.tables import (Estimate, Scores, behaviour_table, code_table, describe, rank_column, to_csv, to_latex,
-                               to_markdown, tool_use_table)
+from evaluation.tables import (
+    Estimate,
+    Scores,
+    behaviour_table,
+    code_table,
+    describe,
+    rank_column,
+    to_csv,
+    to_latex,
+    to_markdown,
+    tool_use_table,
+)
 
 R = 500
 """Bootstrap resamples in these tests (the report uses 10,000)."""

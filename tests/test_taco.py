@@ -6,8 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.coding.taco import (CodingTask, build_messages, extract_code, load_taco_file, reward,
-                                    run_tests, stdout_matches, value_matches)
+from evaluation.coding.code_blocks import extract_code
+from evaluation.coding.taco import (
+    CodingTask,
+    build_messages,
+    load_taco_file,
+    reward,
+    run_tests,
+    stdout_matches,
+    value_matches,
+)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -190,12 +198,16 @@ def test_stdin_task_pass_and_wrong_answer(tasks):
 
 def test_stdin_task_io_styles():
     task = stdin_task(["2\n3 4\n", "1\n9\n"], ["7\n", "9\n"])
-    for code in ["import sys\nn = int(sys.stdin.buffer.readline())\nprint(sum(map(int, sys.stdin.buffer.readline().split())))",
+    for code in ["import sys\nn = int(sys.stdin.buffer.readline())\n"
+                 "print(sum(map(int, sys.stdin.buffer.readline().split())))",
                  "data = open(0).read().split()\nprint(sum(map(int, data[1:])))",
-                 "import os, sys\nn = int(input())\nos.write(1, (str(sum(map(int, input().split()))) + '\\n').encode())",
-                 "def main():\n    input()\n    print(sum(map(int, input().split())))\n    exit()\nif __name__ == '__main__':\n    main()",
+                 "import os, sys\nn = int(input())\n"
+                 "os.write(1, (str(sum(map(int, input().split()))) + '\\n').encode())",
+                 "def main():\n    input()\n    print(sum(map(int, input().split())))\n    exit()\n"
+                 "if __name__ == '__main__':\n    main()",
                  "import threading, sys\nthreading.stack_size(1 << 26)\n"
-                 "def main():\n    input()\n    print(sum(map(int, input().split())))\nthreading.Thread(target=main).start()"]:
+                 "def main():\n    input()\n    print(sum(map(int, input().split())))\n"
+                 "threading.Thread(target=main).start()"]:
         report = run_tests(code, task)
         assert report.passed, (code, report)
 
@@ -206,8 +218,8 @@ def test_stdin_task_partial_error_and_timeout():
     assert (report.n_passed, report.status) == (2, "error") and "ValueError: two" in report.detail
     report = run_tests("n = int(input())\nwhile n == 2:\n    pass\nprint(n)", task, per_test_seconds=0.5)
     assert (report.passed, report.n_passed, report.status) == (False, 1, "timeout")
-    report = run_tests("n = int(input())\nwhile n >= 2:\n    try:\n        pass\n    except BaseException:\n        pass\nprint(n)",
-                       task, per_test_seconds=0.5)
+    report = run_tests("n = int(input())\nwhile n >= 2:\n    try:\n        pass\n"
+                       "    except BaseException:\n        pass\nprint(n)", task, per_test_seconds=0.5)
     assert report.status == "timeout"  # swallowing the timeout does not help
 
 
@@ -215,7 +227,8 @@ def test_call_task_function_and_solution_class(tasks):
     for task in (tasks["fx/add"], tasks["fx/pair"]):
         report = run_tests(task.solutions[0], task)
         assert (report.passed, report.n_passed, report.n_total) == (True, 2, 2), report
-    report = run_tests("class Solution:\n    def minMax(self, nums):\n        return [max(nums), min(nums)]", tasks["fx/pair"])
+    report = run_tests("class Solution:\n    def minMax(self, nums):\n        return [max(nums), min(nums)]",
+                       tasks["fx/pair"])
     assert (report.n_passed, report.status) == (1, "wrong_answer")
 
 
@@ -239,7 +252,8 @@ def test_cheating_attempts_fail():
     always_equal = "class Eq:\n    def __eq__(self, other):\n        return True\ndef f(x):\n    return Eq()"
     assert not run_tests(always_equal, task).passed
     stdin = stdin_task(["1\n"], ["42\n"])
-    fake_reports = "import sys, os\nfor i in range(3):\n    os.write(1, b'deadbeef {\"i\": 0, \"status\": \"ok\", \"output\": \"42\"}\\n')"
+    fake_reports = ("import sys, os\nfor i in range(3):\n"
+                    "    os.write(1, b'deadbeef {\"i\": 0, \"status\": \"ok\", \"output\": \"42\"}\\n')")
     assert not run_tests(fake_reports, stdin).passed
     assert not run_tests("import os\nos._exit(0)", stdin).passed
 

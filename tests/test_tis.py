@@ -9,8 +9,9 @@ import torch
 
 from baselines.grpo import GRPO
 from baselines.sdft import SDFT
-from lopd.core.config import Config, ConfigError, GRPOConfig, resolve
-from lopd.core.losses import (distillation_loss, forward_kl, ppo_clip_loss, token_logprobs, truncated_is_weights)
+from lopd.core.config import Config, ConfigError, resolve
+from lopd.core.domain import Domain
+from lopd.core.losses import distillation_loss, forward_kl, ppo_clip_loss, token_logprobs, truncated_is_weights
 from lopd.core.methods import PolicyOutputs
 from lopd.latent.losses import lopd_loss
 
@@ -190,7 +191,7 @@ def _batch():
 
 
 def test_grpo_loss_off_is_the_old_call_and_equal_sampler_logprobs_change_nothing():
-    grpo = GRPO(GRPOConfig())
+    grpo = GRPO(Config(), Domain.scratch("unused"))
     student = _student()
     off, off_metrics = grpo.loss(student, _batch(), [])
     logp = _student().logp_B_T()
@@ -208,7 +209,7 @@ def test_grpo_loss_off_is_the_old_call_and_equal_sampler_logprobs_change_nothing
 def test_self_distillation_loss_weights_the_divergence_per_token():
     g = torch.Generator().manual_seed(1)
     teacher_hidden, teacher_weight = torch.randn(4, 6, generator=g), torch.randn(9, 6, generator=g)
-    sdft = SDFT(Config(), "unused")
+    sdft = SDFT(Config(), Domain.scratch("unused"))
     sdft.teacher_view = lambda trajectories: (teacher_hidden, torch.tensor([1.0, 1.0]), {})
     sdft.teacher_model = SimpleNamespace(weight_V_D=teacher_weight)
     plain = _student()
@@ -248,8 +249,9 @@ def test_the_loop_passes_the_sampler_logprobs_and_logs_the_weights(tiny_model_di
 
     tasks = [Task(f"t{i}", [{"role": "user", "content": f"Count to {i}."}]) for i in range(4)]
     cfg = resolve({"profile": "smoke", "train": {"steps": 1, "tis_cap": CAP}})
-    history = train(cfg, GRPO(cfg.grpo), tasks, single_turn(lambda t, c: [float(len(x) % 2) for x in c]),
-                    tiny_model_dir, tmp_path / "run")["history"]
+    history = train(cfg, GRPO(cfg, Domain.scratch("unused")), tasks,
+                    single_turn(lambda t, c: [float(len(x) % 2) for x in c]), tiny_model_dir,
+                    tmp_path / "run")["history"]
     # the bf16 rollout copy and the fp32 trainer nearly agree: weights close to 1, none at the cap
     assert history[0]["tis_weight_mean"] == pytest.approx(1.0, abs=0.05)
     assert history[0]["tis_capped_fraction"] == 0.0

@@ -8,10 +8,9 @@ import time
 from types import SimpleNamespace
 
 import pytest
-
-from lopd.core import tracking
 import yaml
 
+from lopd.core import tracking
 from lopd.core.config import compose, resolve
 from lopd.core.tracking import Terminated, Tracker, invocation_key, is_dvc_command, run_status
 

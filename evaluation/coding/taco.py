@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from evaluation.coding.code_blocks import extract_code
 from evaluation.harness import taco_check
 from evaluation.sandbox import SandboxLimits, SandboxResult, run_python
 from lopd.core.jsonl import read_text
@@ -234,49 +235,20 @@ def build_messages(task: CodingTask) -> list[dict]:
             {"role": "user", "content": f"{task.question.strip()}\n\n{how}"}]
 
 
-def extract_code(completion: str) -> str:
-    """The answer's code: the last ```python block (or, failing that, the last bare ``` block),
-    unless it is much shorter than the longest one (a trailing usage example); an unterminated
-    block counts up to the end of the text. Without any block, the raw text."""
-    text = completion
-    if "</think>" in text and text.rsplit("</think>", 1)[1].strip():
-        text = text.rsplit("</think>", 1)[1]  # code drafted while reasoning is not the answer
-    blocks, lang, body = [], None, []
-    for line in text.split("\n"):
-        fence = line.strip().startswith("```")
-        if lang is None and fence:
-            lang, body = line.strip()[3:].strip().lower(), []
-        elif lang is not None and fence:
-            blocks.append((lang, "\n".join(body)))
-            lang = None
-        elif lang is not None and line.rstrip().endswith("```"):  # fence glued to the last line
-            body.append(line.rstrip()[:-3])
-            blocks.append((lang, "\n".join(body)))
-            lang = None
-        elif lang is not None:
-            body.append(line)
-    if lang is not None:  # unterminated: the rest of the text
-        blocks.append((lang, "\n".join(body)))
-    labelled = [code for lang, code in blocks if lang in ("python", "py", "python3", "py3")]
-    candidates = labelled or [code for lang, code in blocks if lang == ""]
-    candidates = [c for c in candidates if c.strip()]
-    if not candidates:
-        return text.strip()
-    longest = max(len(c) for c in candidates)
-    return [c for c in candidates if len(c) >= 0.5 * longest][-1].strip("\n")
-
-
 # -----------------------------------------------------------------------------
 # Comparison (pure; runs on the host)
 
 def stdout_matches(expected: str, actual: str) -> bool:
     """Line-by-line after normalising whitespace; failing that, token by token with a float
     tolerance (so line breaks vs spaces and 0.5 vs 0.500000 do not matter)."""
-    lines = lambda s: [" ".join(line.split()) for line in s.strip().splitlines()]
-    if lines(expected) == lines(actual):
+    if _normalised_lines(expected) == _normalised_lines(actual):
         return True
     exp, act = expected.split(), actual.split()
     return len(exp) == len(act) and all(_token_matches(e, a) for e, a in zip(exp, act))
+
+
+def _normalised_lines(text: str) -> list[str]:
+    return [" ".join(line.split()) for line in text.strip().splitlines()]
 
 
 def _token_matches(expected: str, actual: str) -> bool:

@@ -5,7 +5,12 @@ arrives on stdin (read before any model code runs); the task (payload.json) and 
 (expected.b64) arrive in the workdir and are removed once read. The verdict, one "<nonce> <json>" line, is
 printed by this process after evalplus' forked child has finished.
 """
-import base64, io, json, os, pickle, sys
+import base64
+import io
+import json
+import os
+import pickle
+import sys
 
 DATA_GLOBALS = {("builtins", "complex"), ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "bytearray"),
                 ("collections", "Counter"), ("collections", "OrderedDict"), ("collections", "deque")}
@@ -49,7 +54,9 @@ def main():
             # No writable /dev/shm (POSIX semaphores, shared-memory arenas) in the sandbox: give
             # evalplus' shared counters lock-free memory in the workdir. Only its single child
             # writes them and the parent reads them after join, so no lock is needed.
-            import functools, multiprocessing, multiprocessing.heap
+            import functools
+            import multiprocessing
+            import multiprocessing.heap
             multiprocessing.heap.Arena._dir_candidates = []
             ev.Value = functools.partial(multiprocessing.Value, lock=False)
             ev.Array = functools.partial(multiprocessing.Array, lock=False)

@@ -7,7 +7,9 @@ the user process, waits for it as PID 1 and writes one status line ("exit N CPU"
 
 argv: mode workdir uid status_fd memory_mb cpu_s fsize_mb nproc workdir_mb hidden keep site_dirs [user args...]
 """
-import ctypes, os, sys
+import ctypes
+import os
+import sys
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC = 32, 4096, 8192, 16384
@@ -16,7 +18,9 @@ libc = ctypes.CDLL(None, use_errno=True)
 
 
 def mount(source, target, fstype, flags, data=None):
-    enc = lambda s: None if s is None else s.encode()
+    def enc(s):
+        return None if s is None else s.encode()
+
     if libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"mount {target}: {os.strerror(err)}")
@@ -176,7 +180,10 @@ def main():
     (mode, workdir, uid, status_fd, memory_mb, cpu_s, fsize_mb, nproc, workdir_mb,
      hidden, keep, site_dirs), args = sys.argv[1:13], sys.argv[13:]
     uid, status_fd = int(uid), int(status_fd)
-    split = lambda s: [p for p in s.split(os.pathsep) if p]
+
+    def split(s):
+        return [p for p in s.split(os.pathsep) if p]
+
     try:
         if mode == "namespaces":
             isolate_filesystem(workdir, uid, int(workdir_mb), split(hidden), split(keep))

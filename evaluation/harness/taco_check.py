@@ -5,7 +5,11 @@ Read as text by the host; never imported for its effects (importing it only defi
 namespace, and writes one report line per test, "<nonce> <json>", to a private duplicate of the original
 stdout. It never sees the expected outputs.
 """
-import builtins, json, os, signal, sys
+import builtins
+import json
+import os
+import signal
+import sys
 
 
 class TestTimeout(BaseException):
@@ -143,14 +147,19 @@ def main():
     for i, test_input in enumerate(job["inputs"]):
         if fn_name is None:
             namespace = {"__name__": "__main__", "__builtins__": builtins}
-            action = lambda: exec(code, namespace)
+
+            def action():
+                exec(code, namespace)
+
             status, _, out, err, error = run_one(action, test_input, seconds, devnull, real_stderr)
             if len(out) > job["caps"][i]:
                 emit(i=i, status=status, error=error, truncated=True)
             else:
                 emit(i=i, status=status, error=error, stderr=err, output=out.decode("utf-8", "replace"))
         else:
-            action = lambda: to_plain(find_function(namespace, fn_name, job["method"])(*test_input))
+            def action():
+                return to_plain(find_function(namespace, fn_name, job["method"])(*test_input))
+
             status, value, _, err, error = run_one(action, "", seconds, devnull, real_stderr)
             text = json.dumps(value)
             if len(text) > job["caps"][i]:

@@ -52,8 +52,8 @@ LEGACY = ("model", "model.tmp", TRAINER_STATE)
 _STEP_DIR = re.compile(r"step-(\d+)")
 _BUDGET_KEYS = ("steps", "save_every", "activation_checkpointing")
 """Config keys that may change without invalidating a checkpoint: step budgets (an interrupted run may be extended),
-how often it saves, and activation checkpointing (same gradients). Not `train.sharding`: checkpoints of both modes share one
-format, but resuming across modes is untested, so a changed mode starts fresh."""
+how often it saves, and activation checkpointing (same gradients). Not `train.sharding`: checkpoints of both modes
+share one format, but resuming across modes is untested, so a changed mode starts fresh."""
 
 
 @dataclass

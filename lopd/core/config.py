@@ -143,7 +143,8 @@ class TrainConfig:
     AdamW state stay in float32 (master weights); the vocabulary projection of the loss runs in float32."""
     micro_batch_size: int = 1
     """Trajectories per forward/backward pass; gradients accumulate to one optimizer step. The paper's 16k-token
-    rollouts of a 4B model take one per pass (docs/scale.md: Memory at paper scale); the cpu and smoke profiles batch 8."""
+    rollouts of a 4B model take one per pass (docs/scale.md: Memory at paper scale); the cpu and smoke profiles
+    batch 8."""
     loss_chunk_size: int = 1024
     """Action positions per chunk when computing log-probs over the vocabulary."""
     activation_checkpointing: bool = True
@@ -172,7 +173,8 @@ class TrainConfig:
         _check(self.lr > 0, "train.lr: must be > 0")
         _check(self.weight_decay >= 0, "train.weight_decay: must be >= 0")
         _check(self.grad_clip > 0, "train.grad_clip: must be > 0")
-        _check(self.mixed_precision in ("bf16", "no"), f"train.mixed_precision: {self.mixed_precision!r} is not bf16 or no")
+        _check(self.mixed_precision in ("bf16", "no"),
+               f"train.mixed_precision: {self.mixed_precision!r} is not bf16 or no")
         _check(self.micro_batch_size >= 1, "train.micro_batch_size: must be >= 1")
         _check(self.loss_chunk_size >= 1, "train.loss_chunk_size: must be >= 1")
         _check(self.save_every >= 1, "train.save_every: must be >= 1")
@@ -635,7 +637,8 @@ class Config:
         _check(self.n_ret >= 1, "n_ret: must be >= 1")
         known_baselines = registry.baseline_names()
         for m in self.baseline_methods:
-            _check(m in known_baselines, f"baseline_methods: unknown baseline {m!r} (known: {', '.join(known_baselines)})")
+            _check(m in known_baselines,
+                   f"baseline_methods: unknown baseline {m!r} (known: {', '.join(known_baselines)})")
         for m in self.methods:
             _check(m in registry.METHODS, f"methods: unknown method {m!r} (known: {', '.join(registry.METHODS)})")
             _check(not registry.METHODS[m].baseline or m in self.baseline_methods,
@@ -753,7 +756,8 @@ def build_config(raw: Any) -> Config:
 def compose(profile: str = "cpu", overrides: Sequence[str] = ()) -> dict[str, Any]:
     """The params mapping `dvc exp run -S profile=<profile> -S <override>...` writes to params.yaml: Hydra composes
     conf/config.yaml, the profile, then the overrides (Hydra override syntax, e.g. `train.lr=3e-6`)."""
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
@@ -781,7 +785,8 @@ def _merged(base: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Yaml12Loader(yaml.SafeLoader):
-    """PyYAML follows YAML 1.1, where `1e-5` and `3e-06` (no dot) are strings; YAML 1.2 and DVC write them as numbers."""
+    """PyYAML follows YAML 1.1, where `1e-5` and `3e-06` (no dot) are strings; YAML 1.2 and DVC write them as
+    numbers."""
 
 
 _Yaml12Loader.yaml_implicit_resolvers = {k: [r for r in v if r[0] != "tag:yaml.org,2002:float"]

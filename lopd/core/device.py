@@ -58,7 +58,8 @@ def _glibc() -> ctypes.CDLL | None:
 def release_freed_memory() -> None:
     """Hand the memory freed since the last call back to the OS (glibc's `malloc_trim`; a no-op elsewhere).
     glibc keeps freed tensor memory of under 32 MB (e.g. an activation or a layer's weight) in its arenas for reuse, so
-    a CPU training process's resident size ratchets up towards the sum of its phases' peaks (docs/performance.md: LOPD's memory)."""
+    a CPU training process's resident size ratchets up towards the sum of its phases' peaks
+    (docs/performance.md: LOPD's memory)."""
     lib = _glibc()
     if lib is not None and device().type == "cpu":
         lib.malloc_trim(0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -24,3 +25,14 @@ class Domain:
     """The bank/pool overlap guard rejects a training entry holding more than this share of an evaluation
     task's word 8-grams. Agentic tasks are generated from per-environment templates, so train and test tasks
     of one environment share phrasing by design (envscaler-mini: up to 0.75); only near-copies are rejected."""
+    bank_trace: Callable[[str], str]
+    """How a successful response becomes its experience-bank trace (what retrieval and the composer read)."""
+
+    @classmethod
+    def scratch(cls, root: str | Path, name: str = "code", bank_trace: Callable[[str], str] = str,
+                **folders: Path) -> Domain:
+        """A domain whose outputs live under `root` (bank/, pool/, composer/, ...), or in the `folders` given: for
+        methods run outside the pipeline (scripts, tests)."""
+        root = Path(root)
+        paths = {f: root / f for f in ("bank", "pool", "composer", "checkpoints", "metrics", "results", "plots")}
+        return cls(name, **{**paths, **folders}, max_eval_containment=0.5, bank_trace=bank_trace)

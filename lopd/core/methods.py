@@ -107,14 +107,15 @@ class MethodContext:
 
 
 class Method(ABC):
+    """One training method on the shared loop. Every method is built the same way, `Method(cfg, domain)`: the run's
+    config (the method reads its own section) and the domain it trains on (where its inputs live)."""
+
     name: str
     teacher: TeacherKind = "none"
     trains: bool = True
 
-    @classmethod
-    def from_config(cls, cfg: Config, domain: Domain) -> "Method":
-        """Build the method for a training domain (the registry calls this)."""
-        return cls(cfg)
+    def __init__(self, cfg: Config, domain: Domain):
+        self.cfg, self.domain = cfg, domain
 
     @property
     @abstractmethod

@@ -156,7 +156,8 @@ def _dequantised(folder: Path, gguf_file: str) -> tuple[torch.nn.Module, torch.n
     gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=torch.float32)
     config = gguf_model.config.to_dict()
     config.pop("quantization_config", None)
-    config.pop("_model_name_or_path", None)  # the GGUF's own label (Qwen's says "AWQ"): gguf_provenance.json says what it is
+    # the GGUF's own label (Qwen's says "AWQ"): gguf_provenance.json says what it is
+    config.pop("_model_name_or_path", None)
     model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config), dtype=torch.float32)
     model.load_state_dict(gguf_model.state_dict())
     model.generation_config = gguf_model.generation_config

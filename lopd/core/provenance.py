@@ -21,7 +21,8 @@ PACKAGES = ("lopd", "baselines", "evaluation", "pipelines")
 LOADED_BY_PATH: dict[str, tuple[str, ...]] = {
     # Files and folders a module loads by path or by a computed name, which no import statement shows.
     "evaluation/agentic/envscaler.py": ("evaluation/agentic/envscaler_worker.py",),  # run as the worker program
-    "evaluation/agentic/envscaler_mini/__init__.py": ("evaluation/agentic/envscaler_mini",),  # envs as text, tasks by name
+    # envs as text, tasks by name
+    "evaluation/agentic/envscaler_mini/__init__.py": ("evaluation/agentic/envscaler_mini",),
     "evaluation/coding/taco.py": ("evaluation/coding/data",),  # the built-in training set
 }
 

@@ -1,6 +1,6 @@
 """The method registry: the one place that says which methods exist.
 
-A method is its file (a `Method` subclass with a `from_config(cfg, domain)` classmethod), one entry here, and its
+A method is its file (a `Method` subclass, built as `Method(cfg, domain)`), one entry here, and its
 params section in conf/config.yaml. Config validation, the DVC matrices (through the `baseline_methods` and `methods`
 params, which must name registered methods), the result tables and the README's method table all read this.
 The factory is named as "module:Class" and imported only when a stage builds that method, so a stage imports
@@ -13,8 +13,7 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lopd.core.config import (GRPOConfig, LOPDConfig, OPSDConfig, SDFTConfig, SDPOConfig, SkillSDConfig,
-                              VanillaConfig)
+from lopd.core.config import GRPOConfig, LOPDConfig, OPSDConfig, SDFTConfig, SDPOConfig, SkillSDConfig, VanillaConfig
 
 if TYPE_CHECKING:
     from lopd.core.config import Config
@@ -30,7 +29,7 @@ class MethodSpec:
     config: type
     """Dataclass of the method's params section."""
     factory: str
-    """`module:Class` of the Method subclass; its `from_config(cfg, domain)` builds the method."""
+    """`module:Class` of the Method subclass; `Class(cfg, domain)` builds the method."""
     baseline: bool = True
     """Trained by the `train@<name>` matrix; False for LOPD, which has its own DVC branch."""
 
@@ -72,4 +71,4 @@ def method_class(name: str) -> type[Method]:
 
 def build_method(name: str, cfg: Config, domain: Domain) -> Method:
     """The registered method `name`, built for a training domain."""
-    return method_class(name).from_config(cfg, domain)
+    return method_class(name)(cfg, domain)

@@ -20,8 +20,8 @@ from lopd.core.device import device
 from lopd.core.models import load_model
 from lopd.core.sampling import ROLLOUT_ATTENTION, HFBackend, RolloutBackend, SamplingParams
 from lopd.core.static_decode import STATIC_ATTENTION, StaticDecoder, supports
-from lopd.core.vllm_backend import INSTALL_HINT, runs_on_cpu, vllm_available
 from lopd.core.trajectory import Trajectory, Turn
+from lopd.core.vllm_backend import INSTALL_HINT, runs_on_cpu, vllm_available
 
 
 @dataclass(frozen=True)
@@ -144,8 +144,8 @@ def backend_name(cfg: Config, model_dir: str | Path) -> str:
     """`sampling.backend` with auto decided: vllm on CUDA when it is installed (one engine per process), else hf.
     On this project's CPU hf stays the default: in the cpu profile's bf16 vLLM's CPU kernels decode at half hf's speed
     (no bf16 units); in float32 the two tie at training length and vllm wins at evaluation and multi-turn
-    (docs/scale.md, Rollout backends). vllm asked for but not installed, or on a CPU for a head size vLLM's CPU attention
-    does not take (tiny-random's 16), is a one-line error."""
+    (docs/scale.md, Rollout backends). vllm asked for but not installed, or on a CPU for a head size vLLM's CPU
+    attention does not take (tiny-random's 16), is a one-line error."""
     name = cfg.sampling.backend
     if name == "auto":
         return "vllm" if torch.cuda.is_available() and vllm_available() else "hf"
@@ -180,7 +180,8 @@ def make_backend(model_dir: str | Path, tokenizer: PreTrainedTokenizerBase, cfg:
 
 def hf_decode(cfg: Config, model_dir: str | Path) -> str:
     """`sampling.hf_decode` with auto decided: static on a GPU for a model whose layers all attend to the whole
-    context, else loop (docs/scale.md: The HF backend on a GPU). static for a sliding-window model is a one-line error."""
+    context, else loop (docs/scale.md: The HF backend on a GPU). static for a sliding-window model is a one-line
+    error."""
     name = cfg.sampling.hf_decode
     if name == "loop" or (name == "auto" and device().type != "cuda"):
         return "loop"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
+from typing import Callable, Iterable, Protocol, Sequence
 
 import torch
 from transformers import AttentionInterface, PreTrainedTokenizerBase
@@ -22,9 +22,6 @@ from transformers.cache_utils import Cache, DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from lopd.core.progress import progress
-
-if TYPE_CHECKING:  # static_decode imports this module
-    from lopd.core.static_decode import StaticDecoder
 
 ROLLOUT_ATTENTION = "lopd_grouped"
 LONG_PREFILL = 1024
@@ -191,6 +188,16 @@ def prompt_inputs(model: torch.nn.Module, ids_B_L: torch.Tensor, embeds: Sequenc
     return {"inputs_embeds": embeds_B_L_D}
 
 
+class BatchDecoder(Protocol):
+    """What `HFBackend` hands a batch to instead of its loop (`lopd.core.static_decode.StaticDecoder` on a GPU)."""
+
+    def generate_batch(self, prompts: list[Sequence[int]], params: SamplingParams, generator: torch.Generator,
+                       advance: Callable[[int, int], None], embeds: list[torch.Tensor] | None, stop_ids: set[int],
+                       tokenizer: PreTrainedTokenizerBase | None, stats: dict[str, float]) -> list[Completion]: ...
+
+    def release(self) -> None: ...
+
+
 class HFBackend:
     """Batched sampling with a KV cache on any Hugging Face causal LM. Stop strings (`SamplingParams.stop`) need
     the `tokenizer` to decode sampled tokens; without stop strings nothing is decoded. `decoder`: a
@@ -198,7 +205,7 @@ class HFBackend:
     its attention, `static_decode.STATIC_ATTENTION`)."""
 
     def __init__(self, model: torch.nn.Module, stop_ids: Sequence[int], pad_id: int, batch_size: int = 32,
-                 tokenizer: PreTrainedTokenizerBase | None = None, decoder: StaticDecoder | None = None):
+                 tokenizer: PreTrainedTokenizerBase | None = None, decoder: BatchDecoder | None = None):
         self.model = model
         self.tokenizer = tokenizer
         self.decoder = decoder

@@ -24,8 +24,14 @@ from transformers import AttentionInterface, PreTrainedTokenizerBase
 from transformers.cache_utils import Cache, DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from lopd.core.sampling import (Completion, SamplingParams, hits_stop_string, prompt_inputs, stop_tail_tokens,
-                                 top_k_top_p)
+from lopd.core.sampling import (
+    Completion,
+    SamplingParams,
+    hits_stop_string,
+    prompt_inputs,
+    stop_tail_tokens,
+    top_k_top_p,
+)
 
 STATIC_ATTENTION = "lopd_static"
 SYNC_EVERY = 16

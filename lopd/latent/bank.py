@@ -70,16 +70,6 @@ def task_text(messages: list[dict[str, str]]) -> str:
     return next(m["content"] for m in messages if m["role"] == "user")
 
 
-def trace_function(domain: str) -> Callable[[str], str]:
-    """How a domain's successful response becomes its bank trace: the solution code (code), or the response as it is
-    (agentic responses already are observation-lite traces)."""
-    if domain == "code":
-        from evaluation.coding.taco import extract_code
-
-        return extract_code
-    return lambda response: response
-
-
 def successful_entries(candidates: Iterable[tuple[str, str, Trajectory]], threshold: float,
                        trace_of: Callable[[str], str]) -> list[BankEntry]:
     """Bank entries from (task_id, task text, trajectory) rollouts: keep reward >= threshold and drop repeats of

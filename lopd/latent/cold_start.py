@@ -30,8 +30,6 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import gather_object
 
-from lopd.latent.bank import BankEntry, task_text
-from lopd.latent.composer import Composer, compose, teacher_batch
 from lopd.core import provenance
 from lopd.core.config import Config
 from lopd.core.device import deterministic_kernels, device
@@ -39,9 +37,11 @@ from lopd.core.distributed import process_share
 from lopd.core.losses import sequence_means, token_logprobs
 from lopd.core.models import load_model, load_tokenizer
 from lopd.core.progress import progress, write
-from lopd.latent.retrieval import Retriever, load_bank
 from lopd.core.rollout import Task
 from lopd.core.tracking import Tracker
+from lopd.latent.bank import BankEntry, task_text
+from lopd.latent.composer import Composer, compose, teacher_batch
+from lopd.latent.retrieval import Retriever, load_bank
 
 COMPOSER_FILE, ANCHORS_FILE, PROGRESS_FILE = "composer.pt", "anchors.pt", "progress.pt"
 STAGE_MODULE = "pipelines.cold_start"

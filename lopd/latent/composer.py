@@ -303,7 +303,8 @@ def block_mask(positions_B_L: torch.Tensor, blocks_B_L: torch.Tensor) -> torch.T
     visible = (k_blocks == -1) | (k_blocks == q_blocks)
     causal = positions_B_L[:, None, :] <= positions_B_L[:, :, None]
     real = (q_blocks != -2) & (k_blocks != -2)
-    return (visible & causal & real) | (torch.eye(blocks_B_L.shape[1], dtype=torch.bool, device=blocks_B_L.device) & (q_blocks == -2))
+    return (visible & causal & real) | (torch.eye(blocks_B_L.shape[1], dtype=torch.bool, device=blocks_B_L.device)
+                                        & (q_blocks == -2))
 
 
 def compose(composer: Composer, tasks: list[str], traces: list[list[str]]) -> list[torch.Tensor]:

@@ -17,10 +17,10 @@ from typing import Sequence
 
 import torch
 
+from lopd.core.rollout import Task
 from lopd.latent.bank import BankEntry, task_text
 from lopd.latent.composer import Composer, encoder_text, trace_text
 from lopd.latent.retrieval import Retriever
-from lopd.core.rollout import Task
 
 RANK = 2
 """Which retrieval each example pairs with (the paper's figure: a structurally related rank-2 retrieval)."""

@@ -12,21 +12,21 @@ then beta <- [beta + eta_beta (m - Delta)]_+. The deployed student needs no bank
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
-from lopd.latent.bank import BankEntry, episode_turns, task_text, trace_function
-from lopd.latent.cold_start import ANCHORS_FILE, COMPOSER_FILE
-from lopd.latent.composer import FRAMINGS, Composer, compose, teacher_batch
 from lopd.core.config import Config
 from lopd.core.device import device
 from lopd.core.losses import TopkTailReverseKL, chunked_distillation
 from lopd.core.methods import Domain, Method, MethodContext, PolicyOutputs
 from lopd.core.models import load_model
+from lopd.core.trajectory import TokenBatch, Trajectory
+from lopd.latent.bank import BankEntry, episode_turns, task_text
+from lopd.latent.cold_start import ANCHORS_FILE, COMPOSER_FILE
+from lopd.latent.composer import FRAMINGS, Composer, compose, teacher_batch
 from lopd.latent.losses import anchor_penalty, dual_update, lopd_loss
 from lopd.latent.retrieval import TextEmbedder, document_text, load_bank
-from lopd.core.trajectory import TokenBatch, Trajectory
 
 
 class LOPD(Method):
@@ -34,16 +34,12 @@ class LOPD(Method):
     teacher = "frozen"
     rollouts_per_task = 1
 
-    def __init__(self, cfg: Config, bank_dir: str | Path, composer_dir: str | Path, framing: tuple[str, str],
-                 trace_of: Callable[[str], str]):
-        self.cfg, self.bank_dir, self.composer_dir = cfg, Path(bank_dir), Path(composer_dir)
-        self.framing, self.trace_of = framing, trace_of
+    def __init__(self, cfg: Config, domain: Domain):
+        super().__init__(cfg, domain)
+        self.bank_dir, self.composer_dir = domain.bank, domain.composer
+        self.framing, self.trace_of = FRAMINGS[domain.name], domain.bank_trace
         self.beta = cfg.lopd.beta_init
         self.grown: list[BankEntry] = []
-
-    @classmethod
-    def from_config(cls, cfg: Config, domain: Domain) -> "LOPD":
-        return cls(cfg, domain.bank, domain.composer, FRAMINGS[domain.name], trace_of=trace_function(domain.name))
 
     def setup(self, ctx: MethodContext) -> None:
         cfg = self.cfg

@@ -15,7 +15,8 @@ from lopd.core.rollout import ScoreFn, Task, TrainingSplit, hold_out, single_tur
 def coding_tasks(cfg: Config) -> list[taco.CodingTask]:
     """The coding training split: a user's TACO file, else the built-in set."""
     try:
-        return taco.load_taco_file(resolve_path(cfg.data.taco_path)) if cfg.data.taco_path else taco.load_builtin_tasks()
+        return (taco.load_taco_file(resolve_path(cfg.data.taco_path)) if cfg.data.taco_path
+                else taco.load_builtin_tasks())
     except (OSError, ValueError) as err:
         sys.exit(f"error: training tasks: {err}")
 

@@ -53,8 +53,12 @@ so a faithful agent may fail end-to-end):
 
 from evaluation.agentic.acebench.data import ACETask, load_acebench
 from evaluation.agentic.acebench.env import ACEEnvironment, replay_ground_truth
-from evaluation.agentic.acebench.user_simulator import (SIMULATOR_STOP, LocalModelUser, OpenAICompatibleUser,
-                                                        UserSimulator)
+from evaluation.agentic.acebench.user_simulator import (
+                                                        SIMULATOR_STOP,
+                                                        LocalModelUser,
+                                                        OpenAICompatibleUser,
+                                                        UserSimulator,
+)
 
 __all__ = ["ACETask", "load_acebench", "ACEEnvironment", "replay_ground_truth", "UserSimulator",
            "OpenAICompatibleUser", "LocalModelUser", "SIMULATOR_STOP"]

@@ -23,8 +23,13 @@ from evaluation.agentic.acebench.phone import make_phone
 from evaluation.agentic.acebench.schema import ArgumentError, canonical_call, to_openai_tool, validate_arguments
 from evaluation.agentic.acebench.scoring import process_accuracy
 from evaluation.agentic.acebench.travel import make_travel
-from evaluation.agentic.acebench.user_simulator import (OPENING, UserSimulator, is_finished,
-                                                        simulator_system_prompt, strip_thinking)
+from evaluation.agentic.acebench.user_simulator import (
+    OPENING,
+    UserSimulator,
+    is_finished,
+    simulator_system_prompt,
+    strip_thinking,
+)
 from lopd.core.multiturn import AGENT_SYSTEM_PROMPT, TASK_COMPLETED, ToolCall
 
 MULTI_TURN_ROLE = (

@@ -26,7 +26,8 @@ class OnlineStoreOrders:
         if order is None:
             return None, {"success": False, "error": f"Order '{order_id}' not found."}
         if order["status"] != "pending":
-            return None, {"success": False, "error": f"Order {order_id} is {order['status']}; only pending orders can be changed."}
+            return None, {"success": False, "error": f"Order {order_id} is {order['status']}; "
+                                                     "only pending orders can be changed."}
         return order, None
 
     def _retotal(self, order):
@@ -200,7 +201,8 @@ class OnlineStoreOrders:
         if order is None:
             return {"success": False, "error": f"Order '{order_id}' not found."}
         if order["status"] != "delivered":
-            return {"success": False, "error": f"Order {order_id} is {order['status']}; only delivered orders can be returned."}
+            return {"success": False, "error": f"Order {order_id} is {order['status']}; "
+                                               "only delivered orders can be returned."}
         for item in order["items"]:
             self.products[item["sku"]]["stock"] += item["quantity"]
         order["status"] = "returned"

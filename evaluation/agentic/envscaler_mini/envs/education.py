@@ -142,7 +142,8 @@ class CourseRegistrar:
         if student_id not in course["enrolled"]:
             return {"success": False, "error": f"Student is not enrolled in {course['code']}."}
         course["enrolled"].remove(student_id)
-        return {"success": True, "data": {"course_id": course_id, "seats_left": course["capacity"] - len(course["enrolled"]),
+        return {"success": True, "data": {"course_id": course_id,
+                                          "seats_left": course["capacity"] - len(course["enrolled"]),
                                           "waitlist": course["waitlist"]}}
 
     def join_waitlist(self, student_id: str, course_id: str) -> dict:
@@ -202,6 +203,7 @@ class CourseRegistrar:
         if error:
             return error
         if not student["max_credits"] < max_credits <= self.MAX_OVERLOAD:
-            return {"success": False, "error": f"New limit must be above {student['max_credits']} and at most {self.MAX_OVERLOAD}."}
+            return {"success": False, "error": f"New limit must be above {student['max_credits']} "
+                                               f"and at most {self.MAX_OVERLOAD}."}
         student["max_credits"] = max_credits
         return {"success": True, "data": {"student_id": student_id, "max_credits": max_credits}}

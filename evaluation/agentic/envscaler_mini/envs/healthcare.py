@@ -103,7 +103,8 @@ class ClinicScheduler:
         """
         if patient_id not in self.patients:
             return {"success": False, "error": f"Patient id '{patient_id}' not found."}
-        found = [{"prescription_id": rid, **r} for rid, r in self.prescriptions.items() if r["patient_id"] == patient_id]
+        found = [{"prescription_id": rid, **r} for rid, r in self.prescriptions.items()
+                 if r["patient_id"] == patient_id]
         return {"success": True, "data": found}
 
     # -- modification tools --

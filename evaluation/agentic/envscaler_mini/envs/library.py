@@ -87,8 +87,9 @@ class LibraryCirculation:
         """
         if member_id not in self.members:
             return {"success": False, "error": f"Member id '{member_id}' not found."}
-        found = [{"loan_id": lid, **l, "title": self.books[l["book_id"]]["title"]} for lid, l in self.loans.items()
-                 if l["member_id"] == member_id and (include_returned or l["status"] == "active")]
+        found = [{"loan_id": lid, **loan, "title": self.books[loan["book_id"]]["title"]}
+                 for lid, loan in self.loans.items()
+                 if loan["member_id"] == member_id and (include_returned or loan["status"] == "active")]
         return {"success": True, "data": found}
 
     # -- modification tools --
@@ -110,7 +111,7 @@ class LibraryCirculation:
             return {"success": False, "error": f"Member is {member['status']}."}
         if member["fines_due"] > self.FINE_LIMIT:
             return {"success": False, "error": f"Fines due {member['fines_due']:.2f} exceed {self.FINE_LIMIT:.2f}."}
-        active = sum(1 for l in self.loans.values() if l["member_id"] == member_id and l["status"] == "active")
+        active = sum(1 for loan in self.loans.values() if loan["member_id"] == member_id and loan["status"] == "active")
         if active >= member["max_loans"]:
             return {"success": False, "error": f"Member already has {active} loans (max {member['max_loans']})."}
         if book["copies_available"] < 1:
@@ -156,7 +157,8 @@ class LibraryCirculation:
         if loan["renewals"] >= self.MAX_RENEWALS:
             return {"success": False, "error": f"The loan was already renewed {self.MAX_RENEWALS} times."}
         for hold in self.holds.values():
-            if hold["book_id"] == loan["book_id"] and hold["status"] == "waiting" and hold["member_id"] != loan["member_id"]:
+            if (hold["book_id"] == loan["book_id"] and hold["status"] == "waiting"
+                    and hold["member_id"] != loan["member_id"]):
                 return {"success": False, "error": "Another member is waiting for this book."}
         loan["due_date"] = (date.fromisoformat(loan["due_date"]) + timedelta(days=self.RENEW_DAYS)).isoformat()
         loan["renewals"] += 1

@@ -87,7 +87,8 @@ class PropertyListings:
 
     def list_agents(self) -> dict:
         """List the agency's agents with their ids and the properties each one handles."""
-        found = [{"agent_id": aid, **a, "property_ids": [pid for pid, p in self.properties.items() if p["agent_id"] == aid]}
+        found = [{"agent_id": aid, **a,
+                  "property_ids": [pid for pid, p in self.properties.items() if p["agent_id"] == aid]}
                  for aid, a in self.agents.items()]
         return {"success": True, "data": found}
 
@@ -190,7 +191,8 @@ class PropertyListings:
         prop, error = self._property(property_id, "available")
         if error:
             return error
-        pending = [oid for oid, o in self.offers.items() if o["property_id"] == property_id and o["status"] == "pending"]
+        pending = [oid for oid, o in self.offers.items()
+                   if o["property_id"] == property_id and o["status"] == "pending"]
         if pending:
             return {"success": False, "error": f"Pending offers {pending} must be rejected first."}
         prop["status"] = "withdrawn"

@@ -124,7 +124,8 @@ class RestaurantDesk:
         if table is None:
             return {"success": False, "error": f"Table '{table_id}' not found."}
         if not 1 <= party_size <= table["seats"]:
-            return {"success": False, "error": f"Table {table_id} seats {table['seats']}; party of {party_size} does not fit."}
+            return {"success": False, "error": f"Table {table_id} seats {table['seats']}; "
+                                               f"party of {party_size} does not fit."}
         if not self._table_free(table_id, date, time):
             return {"success": False, "error": f"Table {table_id} is taken around {time} on {date}."}
         n = 200 + len(self.reservations) + 1

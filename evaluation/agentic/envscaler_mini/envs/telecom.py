@@ -87,7 +87,8 @@ class TelecomAccounts:
         dropped = [a for a in line["addons"] if plan_id not in self.addons[a]["compatible_plans"]]
         line["addons"] = [a for a in line["addons"] if a not in dropped]
         line["plan_id"] = plan_id
-        return {"success": True, "data": {"subscriber_id": subscriber_id, "plan_id": plan_id, "removed_addons": dropped}}
+        return {"success": True, "data": {"subscriber_id": subscriber_id, "plan_id": plan_id,
+                                          "removed_addons": dropped}}
 
     def add_addon(self, subscriber_id: str, addon_id: str) -> dict:
         """Add an add-on to an active line whose plan supports it.

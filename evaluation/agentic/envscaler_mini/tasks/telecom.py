@@ -31,7 +31,7 @@ INIT_CONFIG = {
 }
 
 LINES = INIT_CONFIG["subscribers"]
-PHONE = {sid: l["phone_number"] for sid, l in LINES.items()}
+PHONE = {sid: line["phone_number"] for sid, line in LINES.items()}
 PLAN = {p["name"]: pid for pid, p in INIT_CONFIG["plans"].items()}
 ADDON = {a["name"]: aid for aid, a in INIT_CONFIG["addons"].items()}
 
