@@ -167,7 +167,7 @@ def training_domain(cfg: Config, domain: str) -> Iterator[TrainingSplit]:
 def build_method(name: str, cfg: Config, domain: str = "code") -> Method:
     if name not in registry.METHODS:
         sys.exit(f"error: unknown method {name!r} (known: {', '.join(registry.METHODS)})")
-    return registry.build_method(name, cfg, DOMAINS[domain])
+    return registry.METHODS[name].method_class()(cfg, DOMAINS[domain])  # imports that method's module only
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -93,3 +93,14 @@ def test_the_readme_method_table_lists_the_registry():
     assert [(name, label.strip()) for name, label, _ in rows] == [(s.name, s.label) for s in registry.METHODS.values()]
     for name, _, path in rows:
         assert path == registry.METHODS[name].factory.split(":")[0].replace(".", "/") + ".py"
+
+
+def test_a_config_named_by_string_is_part_of_every_stages_code(monkeypatch):
+    """The config reads a method's section class by its registry name, an import no statement shows: provenance
+    (the stages' DVC deps, the resume fingerprint) counts that module wherever the config is read."""
+    from lopd.core import provenance
+
+    monkeypatch.setitem(registry.METHODS, "toy", registry.MethodSpec("toy", "Toy", "evaluation.tables:Scores",
+                                                                     "test_registry:Toy"))
+    files = {p.relative_to(REPO_ROOT).as_posix() for p in provenance.source_files(["lopd.core.config"])}
+    assert {"lopd/core/config.py", "lopd/core/registry.py", "evaluation/tables.py"} <= files

@@ -23,6 +23,8 @@ from typing import Any, Sequence
 
 import yaml
 
+from lopd.core import registry
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = REPO_ROOT / "conf"
 PROFILES_NAMES = tuple(sorted(p.stem for p in (CONF_DIR / "profile").glob("*.yaml")))
@@ -601,9 +603,9 @@ class Config:
     """LOPD latent tokens K per retrieved experience (the teacher sees n_ret * K)."""
     n_ret: int = 3
     """LOPD retrieved experiences J per task (cold start and training)."""
-    baseline_methods: list[str] = field(default_factory=lambda: _registry().baseline_names())
+    baseline_methods: list[str] = field(default_factory=lambda: registry.baseline_names())
     """Methods trained by the `train@<name>` matrix; LOPD has its own branch (build_bank, cold_start, train_lopd)."""
-    methods: list[str] = field(default_factory=lambda: list(_registry().METHODS))
+    methods: list[str] = field(default_factory=lambda: list(registry.METHODS))
     """Methods evaluated on every benchmark and reported (the `eval` matrix reads this list)."""
     benchmarks: list[str] = field(default_factory=lambda: list(KNOWN_BENCHMARKS))
     """Benchmarks every method is evaluated on."""
@@ -620,7 +622,7 @@ class Config:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     method_sections: dict[str, Any] = field(default_factory=lambda: {
-        name: spec.config() for name, spec in _registry().METHODS.items()})
+        name: spec.config_class()() for name, spec in registry.METHODS.items()})
     """Each registered method's own section (`cfg.grpo`, `cfg.lopd`, ...), typed by its registry entry."""
 
     def __getattr__(self, name: str) -> Any:
@@ -630,7 +632,6 @@ class Config:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __post_init__(self) -> None:
-        registry = _registry()
         _check(self.profile in PROFILES_NAMES, f"profile: {self.profile!r} is not one of {', '.join(PROFILES_NAMES)}")
         _check(self.margin >= 0, "margin: must be >= 0")
         _check(self.latent_tokens >= 1, "latent_tokens: must be >= 1")
@@ -688,12 +689,6 @@ def process_split_error(cfg: Config, processes: int) -> str | None:
             f"{group} for {name}) evenly; use a count that divides {tasks}")
 
 
-def _registry():
-    from lopd.core import registry  # the registry types its sections with the dataclasses above
-
-    return registry
-
-
 def _convert(value: Any, hint: Any, key: str) -> Any:
     """Validate `value` against a type hint, converting nested dicts into dataclasses."""
     origin = typing.get_origin(hint)
@@ -741,14 +736,14 @@ def _build(cls: type, raw: dict[str, Any], prefix: str = "") -> Any:
 def build_config(raw: Any) -> Config:
     """A Config from a complete params mapping (every key present, as DVC composes it): validated, nothing added."""
     _check(isinstance(raw, dict), f"expected a mapping at the top level, got {type(raw).__name__}")
-    methods = _registry().METHODS
+    methods = registry.METHODS
     hints = typing.get_type_hints(Config)
     names = {f.name for f in dataclasses.fields(Config)} - {"method_sections"} | set(methods)
     for k in raw:
         _check(k in names, f"unknown key '{k}'")
     for k in names - set(raw):
         _check(False, f"missing key '{k}' (params.yaml must hold every value a stage runs with)")
-    sections = {k: _convert(v, methods[k].config, k) for k, v in raw.items() if k in methods}
+    sections = {k: _convert(v, methods[k].config_class(), k) for k, v in raw.items() if k in methods}
     return Config(**{k: _convert(v, hints[k], k) for k, v in raw.items() if k not in methods},
                   method_sections=sections)
 

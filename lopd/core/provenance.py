@@ -13,6 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
+from lopd.core import registry
 from lopd.core.config import REPO_ROOT, repo_relative
 
 PACKAGES = ("lopd", "baselines", "evaluation", "pipelines")
@@ -88,6 +89,8 @@ def source_files(modules: Iterable[str]) -> list[Path]:
             continue
         seen.add(file)
         todo += _imports(file)
+        if file == REPO_ROOT / "lopd" / "core" / "registry.py":  # the config imports each section's class by name
+            todo += [f for f in map(_module_file, registry.config_modules()) if f is not None]
         for extra in LOADED_BY_PATH.get(file.relative_to(REPO_ROOT).as_posix(), ()):
             target = REPO_ROOT / extra
             seen.update(p for p in ([target] if target.is_file() else target.rglob("*"))

@@ -1,23 +1,17 @@
 """The method registry: the one place that says which methods exist.
 
-A method is its file (a `Method` subclass, built as `Method(cfg, domain)`), one entry here, and its
-params section in conf/config.yaml. Config validation, the DVC matrices (through the `baseline_methods` and `methods`
-params, which must name registered methods), the result tables and the README's method table all read this.
-The factory is named as "module:Class" and imported only when a stage builds that method, so a stage imports
-(and DVC tracks) the code of its own method only.
+A method is its file (a `Method` subclass, built as `Method(cfg, domain)`), one entry here, and its params section in
+conf/config.yaml. Config validation, the DVC matrices (through the `baseline_methods` and `methods` params, which must
+name registered methods), the result tables and the README's method table all read this.
+The method and its config dataclass are named as "module:Class": a stage imports a method only when it builds it
+(`method_class`), so a stage imports (and DVC tracks) the code of its own method only. The registry
+imports nothing of the project, so the config and the methods can both read it without an import circle.
 """
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-from lopd.core.config import GRPOConfig, LOPDConfig, OPSDConfig, SDFTConfig, SDPOConfig, SkillSDConfig, VanillaConfig
-
-if TYPE_CHECKING:
-    from lopd.core.config import Config
-    from lopd.core.methods import Domain, Method
 
 
 @dataclass(frozen=True)
@@ -26,22 +20,34 @@ class MethodSpec:
     """Registry name: the params section, the `--method` argument and the DVC stage suffix (`train@grpo`)."""
     label: str
     """Row label in the result tables."""
-    config: type
-    """Dataclass of the method's params section."""
+    config: str | type
+    """Dataclass of the method's params section, or its `module:Class`."""
     factory: str
     """`module:Class` of the Method subclass; `Class(cfg, domain)` builds the method."""
     baseline: bool = True
     """Trained by the `train@<name>` matrix; False for LOPD, which has its own DVC branch."""
 
+    def config_class(self) -> type:
+        return named_class(self.config) if isinstance(self.config, str) else self.config
+
+    def method_class(self) -> type:
+        return named_class(self.factory)
+
+
+def named_class(qualified: str) -> type:
+    """The class a "module:Class" string names (importing its module)."""
+    module, attribute = qualified.split(":")
+    return getattr(importlib.import_module(module), attribute)
+
 
 METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in (  # the paper's table order
-    MethodSpec("vanilla", "Vanilla", VanillaConfig, "baselines.vanilla:Vanilla"),
-    MethodSpec("grpo", "GRPO", GRPOConfig, "baselines.grpo:GRPO"),
-    MethodSpec("skill_sd", "Skill-SD", SkillSDConfig, "baselines.skill_sd:SkillSD"),
-    MethodSpec("opsd", "OPSD", OPSDConfig, "baselines.opsd:OPSD"),
-    MethodSpec("sdpo", "SDPO", SDPOConfig, "baselines.sdpo:SDPO"),
-    MethodSpec("sdft", "SDFT", SDFTConfig, "baselines.sdft:SDFT"),
-    MethodSpec("lopd", "LOPD", LOPDConfig, "lopd.latent.method:LOPD", baseline=False),
+    MethodSpec("vanilla", "Vanilla", "lopd.core.config:VanillaConfig", "baselines.vanilla:Vanilla"),
+    MethodSpec("grpo", "GRPO", "lopd.core.config:GRPOConfig", "baselines.grpo:GRPO"),
+    MethodSpec("skill_sd", "Skill-SD", "lopd.core.config:SkillSDConfig", "baselines.skill_sd:SkillSD"),
+    MethodSpec("opsd", "OPSD", "lopd.core.config:OPSDConfig", "baselines.opsd:OPSD"),
+    MethodSpec("sdpo", "SDPO", "lopd.core.config:SDPOConfig", "baselines.sdpo:SDPO"),
+    MethodSpec("sdft", "SDFT", "lopd.core.config:SDFTConfig", "baselines.sdft:SDFT"),
+    MethodSpec("lopd", "LOPD", "lopd.core.config:LOPDConfig", "lopd.latent.method:LOPD", baseline=False),
 )}
 
 
@@ -60,15 +66,11 @@ def baseline_names() -> list[str]:
     return [name for name, spec in METHODS.items() if spec.baseline]
 
 
+def config_modules() -> list[str]:
+    """The modules that hold the registered methods' config dataclasses named by string: every stage that reads
+    params.yaml imports them."""
+    return sorted({spec.config.split(":")[0] for spec in METHODS.values() if isinstance(spec.config, str)})
+
+
 def label(name: str) -> str:
     return METHODS[name].label if name in METHODS else EVALUATION_ROWS.get(name, name)
-
-
-def method_class(name: str) -> type[Method]:
-    module, attribute = METHODS[name].factory.split(":")
-    return getattr(importlib.import_module(module), attribute)
-
-
-def build_method(name: str, cfg: Config, domain: Domain) -> Method:
-    """The registered method `name`, built for a training domain."""
-    return method_class(name)(cfg, domain)
