@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from lopd.core.config import Config, GRPOConfig
+from baselines.config import GRPOConfig
+from lopd.core.config import Config
 from lopd.core.losses import group_advantages, ppo_clip_loss
 from lopd.core.methods import Domain, Method, PolicyOutputs
 from lopd.core.trajectory import TokenBatch, Trajectory
@@ -22,7 +23,7 @@ class GRPO(Method):
 
     def __init__(self, cfg: Config, domain: Domain):
         super().__init__(cfg, domain)
-        self.config: GRPOConfig = cfg.grpo
+        self.config = cfg.section(GRPOConfig)
 
     @property
     def rollouts_per_task(self) -> int:

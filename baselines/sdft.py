@@ -7,7 +7,10 @@ below. Loss: forward KL D_KL(pi_T || pi_S) over the full vocabulary at every act
 
 from __future__ import annotations
 
+from baselines.config import SDFTConfig
 from baselines.self_distill import Messages, PoolDistillation, append_to_user
+from lopd.core.config import Config
+from lopd.core.domain import Domain
 from lopd.core.losses import forward_kl
 
 TEMPLATE = ("This is an example for a response to the question:\n{demonstration}\n\n"
@@ -18,9 +21,13 @@ class SDFT(PoolDistillation):
     name = "sdft"
     teacher = "ema"
 
+    def __init__(self, cfg: Config, domain: Domain):
+        super().__init__(cfg, domain)
+        self.config = cfg.section(SDFTConfig)
+
     @property
     def ema_rate(self) -> float:
-        return self.cfg.sdft.ema_rate
+        return self.config.ema_rate
 
     def with_demonstration(self, messages: Messages, demonstration: str) -> Messages:
         return append_to_user(messages, TEMPLATE.format(demonstration=demonstration))

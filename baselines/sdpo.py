@@ -9,7 +9,10 @@ student's top-K (K = 100) tokens plus a tail bucket.
 
 from __future__ import annotations
 
+from baselines.config import SDPOConfig
 from baselines.self_distill import Messages, SelfDistillation, append_to_user
+from lopd.core.config import Config
+from lopd.core.domain import Domain
 from lopd.core.losses import TopkTailReverseKL
 from lopd.core.trajectory import Trajectory
 
@@ -26,17 +29,21 @@ class SDPO(SelfDistillation):
     name = "sdpo"
     teacher = "ema"
 
+    def __init__(self, cfg: Config, domain: Domain):
+        super().__init__(cfg, domain)
+        self.config = cfg.section(SDPOConfig)
+
     @property
     def ema_rate(self) -> float:
-        return self.cfg.sdpo.ema_rate
+        return self.config.ema_rate
 
     @property
     def rollouts_per_task(self) -> int:
-        return self.cfg.sdpo.group_size
+        return self.config.group_size
 
     def privileged_messages(self, trajectories: list[Trajectory]) -> list[Messages | None]:
         siblings = successful_siblings([t.reward for t in trajectories], [t.group for t in trajectories],
-                                       self.cfg.sdpo.success_threshold)
+                                       self.config.success_threshold)
         out = []
         for traj, j in zip(trajectories, siblings):
             if j is None:
@@ -47,4 +54,4 @@ class SDPO(SelfDistillation):
         return out
 
     def divergence(self):
-        return TopkTailReverseKL(self.cfg.sdpo.top_k, support=self.cfg.sdpo.support)
+        return TopkTailReverseKL(self.config.top_k, support=self.config.support)

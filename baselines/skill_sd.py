@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from baselines.config import SkillSDConfig
 from baselines.self_distill import TEACHER_MESSAGES, Messages, SelfDistillation, append_to_user
 from baselines.skills import Skill, SkillBank, write_skills
 from lopd.core.config import Config
@@ -56,12 +57,13 @@ class SkillSD(SelfDistillation):
 
     def __init__(self, cfg: Config, domain: Domain):
         super().__init__(cfg, domain)
+        self.config = cfg.section(SkillSDConfig)
         self.bank_dir = domain.bank
         self.steps_done = 0
 
     @property
     def rollouts_per_task(self) -> int:
-        return self.cfg.skill_sd.group_size
+        return self.config.group_size
 
     def setup(self, ctx: MethodContext) -> None:
         super().setup(ctx)
@@ -69,7 +71,7 @@ class SkillSD(SelfDistillation):
         query_ids, query_vectors = load_vectors(self.bank_dir / QUERIES_FILE)
         self.skills = SkillBank(TextEmbedder(cfg.bank.embedder), dict(zip(query_ids, query_vectors)),
                                 cfg.bank.self_retrieval)
-        summariser = cfg.skill_sd.summariser or ctx.base_dir
+        summariser = self.config.summariser or ctx.base_dir
         self.summariser_tokenizer = load_tokenizer(summariser)
         # the HF sampler: a few short summaries a step do not repay a second vLLM engine, which took ~4.5 GB more
         # (measured on Qwen 0.5B on the CPU: with it, Skill-SD's first update went past 24 GB)
@@ -77,15 +79,15 @@ class SkillSD(SelfDistillation):
         self.summariser = make_backend(summariser, self.summariser_tokenizer, hf, cfg.sampling.batch_size)
 
     def inputs(self) -> list[Path]:
-        own = self.cfg.skill_sd.summariser  # a local model folder, else a hub id (named in the config only)
+        own = self.config.summariser  # a local model folder, else a hub id (named in the config only)
         return [self.bank_dir / QUERIES_FILE, *([Path(own)] if own and Path(own).exists() else [])]
 
     def privileged_messages(self, trajectories: list[Trajectory]) -> list[Messages | None]:
         chosen: dict[int, int | None] = {}
         for traj in trajectories:  # one skill per task (group), chosen once
             if traj.group not in chosen:
-                chosen[traj.group] = self.skills.select(traj.task_id, self.cfg.skill_sd.candidates,
-                                                        self.cfg.skill_sd.ucb_c)
+                chosen[traj.group] = self.skills.select(traj.task_id, self.config.candidates,
+                                                        self.config.ucb_c)
             traj.metadata[SKILL] = chosen[traj.group]
         return [None if t.metadata[SKILL] is None else render_skill(self.messages[t.task_id],
                                                                     self.skills.skills[t.metadata[SKILL]])
@@ -103,7 +105,7 @@ class SkillSD(SelfDistillation):
 
     def loss(self, student: PolicyOutputs, batch: TokenBatch,
              trajectories: list[Trajectory]) -> tuple[torch.Tensor, dict[str, float]]:
-        c = self.cfg.skill_sd
+        c = self.config
         logp_B_T = student.logp_B_T()
         w_N = student.token_weights_N()  # train.tis_cap: weights both the PPO surrogate and the SDL term
         ppo, metrics = ppo_clip_loss(logp_B_T, logp_B_T.detach(), batch.advantages_B, batch.action_mask_B_T,
@@ -130,7 +132,7 @@ class SkillSD(SelfDistillation):
                 self.skills.record(members[0].metadata[SKILL], sum(t.reward for t in members) / len(members))
         new = write_skills(self.summariser, self.summariser_tokenizer,
                            [self._summary_input(members) for members in groups.values()],
-                           self.cfg.skill_sd.summary_tokens, self.cfg.sampling.temperature,
+                           self.config.summary_tokens, self.cfg.sampling.temperature,
                            step_seed(self.cfg.seed, self.steps_done, SUMMARY_SEED_RANK))
         self.skills.add(new)
         self.steps_done += 1
@@ -142,7 +144,7 @@ class SkillSD(SelfDistillation):
 
     def _summary_input(self, members: list[Trajectory]) -> tuple[str, str, list[tuple[str, bool]]]:
         """The group's first passing and first failing attempt, for the summariser."""
-        threshold = self.cfg.skill_sd.success_threshold
+        threshold = self.config.success_threshold
         attempts = []
         for passed in (True, False):
             traj = next((t for t in members if (t.reward >= threshold) == passed), None)

@@ -61,6 +61,7 @@ from lopd.core.static_decode import STATIC_ATTENTION, StaticDecoder  # noqa: E40
 from lopd.core.trajectory import Trajectory, Turn, collate, with_prompt  # noqa: E402
 from lopd.core.vllm_backend import vllm_available  # noqa: E402
 from lopd.latent.composer import Composer  # noqa: E402
+from lopd.latent.config import LOPDConfig  # noqa: E402
 from lopd.latent.losses import lopd_loss  # noqa: E402
 
 OUT = REPO / "reports" / "perf" / "gpu.json"
@@ -261,6 +262,7 @@ def lopd_update(model, composer: Composer, optimizer, accelerator: Accelerator, 
     (retrieval and the chat template aside: the teacher view is `frame_tokens` ids, the J x K latent span, the
     trajectory)."""
     optimizer.zero_grad(set_to_none=True)
+    lopd = cfg.section(LOPDConfig)
     n_latent = cfg.n_ret * cfg.latent_tokens
     for traj in batch_trajectories:
         traj.advantage = 2.0 * traj.reward - 1.0
@@ -275,10 +277,10 @@ def lopd_update(model, composer: Composer, optimizer, accelerator: Accelerator, 
         hidden_t_N_D = hidden_B_L_D[:, :-1][view.action_mask_B_T > 0]
         kl_N, logp_s_N, logp_t_N = chunked_distillation(
             student.hidden_N_D, student.weight_V_D, hidden_t_N_D, composer.backbone.get_output_embeddings().weight,
-            student.targets_N, TopkTailReverseKL(cfg.lopd.top_m, support="teacher"), student.temperature,
+            student.targets_N, TopkTailReverseKL(lopd.top_m, support="teacher"), student.temperature,
             student.chunk_size)
-        loss, _ = lopd_loss(kl_N, logp_t_N, logp_s_N, student.sequence_N, batch.advantages_B, cfg.lopd.beta_init,
-                            cfg.margin, kl_N.new_zeros(()), cfg.lopd.anchor_weight, None)
+        loss, _ = lopd_loss(kl_N, logp_t_N, logp_s_N, student.sequence_N, batch.advantages_B, lopd.beta_init,
+                            cfg.margin, kl_N.new_zeros(()), lopd.anchor_weight, None)
         accelerator.backward(loss * len(chunk) / len(batch_trajectories))
     accelerator.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
     optimizer.step()
@@ -337,7 +339,8 @@ def update_rates(profile: str, name: str, prompt_len: int, response_len: int, ti
             for param_name, p in composer.named_parameters():
                 p.requires_grad_("lora_" in param_name or param_name.startswith("qformer."))
             optimizer = torch.optim.AdamW([{"params": list(model.parameters())}, {
-                "params": [p for p in composer.parameters() if p.requires_grad], "lr": cfg.lopd.composer_lr}],
+                "params": [p for p in composer.parameters() if p.requires_grad],
+                "lr": cfg.section(LOPDConfig).composer_lr}],
                 lr=cfg.train.lr, foreach=device().type != "cpu")
             return measure(lambda: lopd_update(model, composer, optimizer, accelerator, cfg, rows, 16))
         method = GRPO(cfg, Domain.scratch("unused"))

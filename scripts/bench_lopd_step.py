@@ -36,6 +36,7 @@ import torch
 from accelerate import Accelerator
 from transformers import AutoConfig
 
+from baselines.config import GRPOConfig
 from baselines.grpo import GRPO
 from lopd.core.config import REPO_ROOT, load_config
 from lopd.core.device import device
@@ -49,6 +50,7 @@ from lopd.core.trajectory import collate
 from lopd.latent.bank import task_text
 from lopd.latent.cold_start import ANCHORS_FILE, COMPOSER_FILE, anchor_latents, build_composer
 from lopd.latent.composer import encoder_text, inject_latents, teacher_batch
+from lopd.latent.config import LOPDConfig
 from lopd.latent.method import LOPD
 from lopd.latent.retrieval import load_bank
 from pipelines.common import BANK_DIR, BASE_MODEL_DIR
@@ -194,7 +196,7 @@ def step_costs(cfg, model_dir: Path, rollouts: int) -> dict:
     backend.sleep()
     del backend
     for i, traj in enumerate(trajectories):
-        traj.reward, traj.group = float(i % 2), i // cfg.grpo.group_size  # every GRPO group has signal
+        traj.reward, traj.group = float(i % 2), i // cfg.section(GRPOConfig).group_size  # every GRPO group has signal
 
     def one_update(method) -> float:
         accelerator = Accelerator(cpu=device().type == "cpu", mixed_precision=cfg.train.mixed_precision)
@@ -253,10 +255,9 @@ def main() -> None:
     parser.add_argument("--allocator", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     cfg = load_config()
-    chunk = args.chunk_size or cfg.train.loss_chunk_size
+    chunk, top_m = args.chunk_size or cfg.train.loss_chunk_size, cfg.section(LOPDConfig).top_m
     if args.probe:
-        print(json.dumps(memory_probe(args.probe, Path(args.model_dir), args.positions, chunk, cfg.lopd.top_m,
-                                      args.allocator)))
+        print(json.dumps(memory_probe(args.probe, Path(args.model_dir), args.positions, chunk, top_m, args.allocator)))
         return
     name = args.model or cfg.model.name
     model_dir = model_dir_for(name, cfg.model.name, cfg.seed)
@@ -264,7 +265,7 @@ def main() -> None:
     result = json.loads(out.read_text()) if out.exists() else {}
     models = result.get("models", {})
     entry = {"threads": torch.get_num_threads(), "device": str(device()),
-             "kl_memory": kl_memory(model_dir, args.positions, chunk, cfg.lopd.top_m)}
+             "kl_memory": kl_memory(model_dir, args.positions, chunk, top_m)}
     if not args.skip_step:
         entry["step"] = step_costs(cfg, model_dir, args.rollouts or cfg.train.rollouts_per_step)
     models[name] = entry

@@ -27,6 +27,7 @@ from accelerate import Accelerator, PartialState
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from baselines.config import GRPOConfig  # noqa: E402
 from lopd.core.config import resolve  # noqa: E402
 from lopd.core.device import device  # noqa: E402
 from lopd.core.loop import validate  # noqa: E402
@@ -62,7 +63,7 @@ def main() -> None:
     result = {"profile": cfg.profile, "model": cfg.model.name, "backend": type(backend).__name__,
               "max_new_tokens": cfg.sampling.max_new_tokens, "eval_max_new_tokens": cfg.eval.max_new_tokens}
     with training_tasks(cfg) as split:
-        group = cfg.grpo.group_size
+        group = cfg.section(GRPOConfig).group_size
         tasks = split.tasks[:cfg.train.rollouts_per_step // group]
         start = time.perf_counter()
         rollouts = split.collect(backend, tokenizer, tasks, sampling_params(cfg, cfg.sampling.max_new_tokens), cfg.seed,

@@ -34,6 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from baselines.config import GRPOConfig, SDPOConfig, SkillSDConfig  # noqa: E402
 from lopd.core.config import Config, resolve  # noqa: E402
 
 PERF = REPO / "reports" / "perf"
@@ -184,8 +185,8 @@ def signal_shares(cfg: Config, p: float) -> tuple[dict[str, dict[str, float]], s
     LOPD train on every rollout. Code: GRPO's share as rollout.json's GRPO step measured it (SDPO's taken equal).
     Agentic: from `p`, the success rate of an episode."""
     mixed_code = read("rollout.json")["grpo_step"]["trained_fraction"]
-    mixed = 1 - p ** cfg.grpo.group_size - (1 - p) ** cfg.grpo.group_size
-    sibling = 1 - (1 - p) ** (cfg.sdpo.group_size - 1)
+    mixed = 1 - p ** cfg.section(GRPOConfig).group_size - (1 - p) ** cfg.section(GRPOConfig).group_size
+    sibling = 1 - (1 - p) ** (cfg.section(SDPOConfig).group_size - 1)
     every = {"opsd": 1.0, "sdft": 1.0, "lopd": 1.0}
     note = (f"code: {mixed_code:.0%} of GRPO's rollouts carry a gradient (rollout.json; SDPO, Skill-SD alike); "
             f"agentic: {p:.0%} of episodes succeed: {mixed:.0%} of groups mixed, {sibling:.0%} "
@@ -283,7 +284,8 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
         trained = rollouts * shares["code"][method] * c.train_tokens
         work = steps * (step_sampling(rollouts) + c.optimizer_s + trained * c.update_s(method)) + points * validation_s
         if method == "skill_sd":  # a skill summary per rollout group after every step
-            work += steps * rollouts / cfg.skill_sd.group_size * cfg.skill_sd.summary_tokens / c.train_rate
+            skill_sd = cfg.section(SkillSDConfig)
+            work += steps * rollouts / skill_sd.group_size * skill_sd.summary_tokens / c.train_rate
         stage(name, work)
     bank_rollouts = counts["train_tasks"] * cfg.bank.samples_per_task
     stage("build_bank", step_sampling(bank_rollouts))

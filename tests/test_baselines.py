@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from baselines import opsd, sdft, sdpo, skill_sd
+from baselines.config import SDFTConfig, SDPOConfig
 from baselines.pool import (
     BASE_MODEL_ROLLOUT,
     POOL_FILE,
@@ -168,7 +169,7 @@ def test_ema_update_moves_the_teacher_by_the_rate():
 def test_ema_teacher_after_one_step_is_the_rate_weighted_average(name, tiny_model_dir, pool_path, tmp_path):
     cfg = _cfg(train={"steps": 1}, sdpo={"success_threshold": 0.5})
     method = (sdft.SDFT if name == "sdft" else sdpo.SDPO)(cfg, _domain(pool=pool_path.parent))
-    rate = cfg.sdft.ema_rate if name == "sdft" else cfg.sdpo.ema_rate
+    rate = cfg.section(SDFTConfig).ema_rate if name == "sdft" else cfg.section(SDPOConfig).ema_rate
     train(cfg, method, TASKS, single_turn(_score), tiny_model_dir, tmp_path / name)
     base, student = _weights(tiny_model_dir), _weights(tmp_path / name)
     teacher = {k: v.cpu() for k, v in method.teacher_model.model.state_dict().items()}  # on the GPU if there is one

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from baselines.config import GRPOConfig
 from lopd.core import registry
 from lopd.core.config import (
     CONF_DIR,
@@ -21,6 +22,7 @@ from lopd.core.config import (
     resolve_model,
     resolve_path,
 )
+from lopd.latent.config import LOPDConfig
 
 
 def test_repo_params_are_the_default_composition():
@@ -46,10 +48,11 @@ def test_paper_values_are_the_defaults():
     assert compose("paper")["launch"]["processes"] == "auto"
     assert (cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.top_k) == (0.7, 0.95, 20)
     assert (cfg.train.lr, cfg.train.grad_clip, cfg.train.rollouts_per_step) == (1e-5, 1.0, 32)
-    assert (cfg.grpo.group_size, cfg.grpo.clip_low, cfg.grpo.clip_high) == (4, 0.2, 0.2)
+    grpo, lopd = cfg.section(GRPOConfig), cfg.section(LOPDConfig)
+    assert (grpo.group_size, grpo.clip_low, grpo.clip_high) == (4, 0.2, 0.2)
     assert (cfg.margin, cfg.latent_tokens, cfg.n_ret) == (0.05, 32, 3)
-    assert (cfg.lopd.top_m, cfg.lopd.anchor_weight, cfg.lopd.dual_lr, cfg.lopd.beta_init) == (20, 0.2, 0.5, 0.0)
-    assert (cfg.lopd.composer_lr, cfg.cold_start.lr, cfg.cold_start.batch_size, cfg.cold_start.grad_clip) == (
+    assert (lopd.top_m, lopd.anchor_weight, lopd.dual_lr, lopd.beta_init) == (20, 0.2, 0.5, 0.0)
+    assert (lopd.composer_lr, cfg.cold_start.lr, cfg.cold_start.batch_size, cfg.cold_start.grad_clip) == (
         1e-5, 1e-5, 8, 3.0)
     assert (cfg.composer.lora_rank, cfg.composer.lora_alpha, cfg.composer.lora_dropout) == (8, 16.0, 0.0)
     assert (cfg.composer.qformer_layers, cfg.composer.ff_mult) == (8, 4)

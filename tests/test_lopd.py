@@ -17,6 +17,7 @@ from lopd.latent import cold_start as cold_start_module
 from lopd.latent.bank import BankEntry, task_text, write_bank
 from lopd.latent.cold_start import ANCHORS_FILE, COMPOSER_FILE, PROGRESS_FILE, cold_start
 from lopd.latent.composer import FRAMINGS
+from lopd.latent.config import LOPDConfig
 from lopd.latent.method import LOPD
 from lopd.latent.retrieval import BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE, save_vectors
 
@@ -119,10 +120,10 @@ def test_lopd_trains_student_and_composer_with_the_dual_update(tiny_model_dir, b
     method = _method(cfg, bank_dir, composer_dir)
     result = train(cfg, method, TASKS, single_turn(_score), tiny_model_dir, tmp_path / "run")
     history = result["history"]
-    beta = cfg.lopd.beta_init
+    beta = cfg.section(LOPDConfig).beta_init
     for h in history:  # beta <- [beta + eta (m - Delta)]_+ after every step, Delta measured on the step
         assert h["beta"] == pytest.approx(beta)
-        beta = max(0.0, beta + cfg.lopd.dual_lr * (cfg.margin - h["privilege_margin"]))
+        beta = max(0.0, beta + cfg.section(LOPDConfig).dual_lr * (cfg.margin - h["privilege_margin"]))
         assert h["beta_next"] == pytest.approx(beta)
         assert h["distill_loss"] >= 0 and h["method_grad_norm"] > 0
     assert history[0]["anchor"] == 0.0 and history[1]["anchor"] > 0  # phi moved away from phi_0 after step 1

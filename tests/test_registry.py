@@ -35,7 +35,7 @@ class Toy(Method):
 
     def loss(self, student: PolicyOutputs, batch, trajectories):
         logp = student.logp_B_T()
-        loss = -self.cfg.toy.weight * logp.sum() / max(batch.action_mask_B_T.sum().item(), 1)
+        loss = -self.cfg.section(ToyConfig).weight * logp.sum() / max(batch.action_mask_B_T.sum().item(), 1)
         return loss, {"toy_logp": logp.sum().item()}
 
 
@@ -51,7 +51,7 @@ def toy(monkeypatch):
 
 def test_the_registry_alone_adds_a_method(toy, tiny_model_dir, tmp_path):
     cfg = build_config(toy)
-    assert cfg.toy.weight == 0.5
+    assert cfg.section(ToyConfig).weight == 0.5
     method = build_method("toy", cfg, "code")
     assert isinstance(method, Toy)
     result = train(cfg, method, [Task("t0", [{"role": "user", "content": "Count to three."}])],

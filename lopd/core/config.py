@@ -19,7 +19,7 @@ import typing
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, TypeVar
 
 import yaml
 
@@ -60,11 +60,15 @@ def resolve_model(name: str) -> str:
     return str(resolve_path(name)) if name.startswith(("./", "../", "~")) else name
 
 
+Section = TypeVar("Section")
+
+
 class ConfigError(ValueError):
     """A bad params.yaml: the message names the offending key in one line."""
 
 
-def _check(condition: bool, message: str) -> None:
+def require(condition: bool, message: str) -> None:
+    """Raise the one-line ConfigError `message` unless `condition` holds (what every section's __post_init__ uses)."""
     if not condition:
         raise ConfigError(message)
 
@@ -78,7 +82,7 @@ class ModelConfig:
     `sampling.dtype`."""
 
     def __post_init__(self) -> None:
-        _check(bool(self.name), "model.name: must not be empty")
+        require(bool(self.name), "model.name: must not be empty")
 
 
 @dataclass
@@ -113,19 +117,19 @@ class SamplingConfig:
     (static on a GPU, loop on a CPU)."""
 
     def __post_init__(self) -> None:
-        _check(self.dtype in ("float32", "bfloat16", "float16"),
-               f"sampling.dtype: {self.dtype!r} is not one of float32, bfloat16, float16")
-        _check(self.backend in ("auto", "hf", "vllm"),
-               f"sampling.backend: {self.backend!r} is not one of auto, hf, vllm")
-        _check(0 < self.gpu_memory_utilization <= 1, "sampling.gpu_memory_utilization: must be in (0, 1]")
-        _check(self.kv_cache_gib > 0, "sampling.kv_cache_gib: must be > 0")
-        _check(self.hf_decode in ("auto", "loop", "static"),
-               f"sampling.hf_decode: {self.hf_decode!r} is not one of auto, loop, static")
-        _check(self.temperature > 0, "sampling.temperature: must be > 0")
-        _check(0 < self.top_p <= 1, "sampling.top_p: must be in (0, 1]")
-        _check(self.top_k >= 1, "sampling.top_k: must be >= 1")
-        _check(self.max_new_tokens >= 1, "sampling.max_new_tokens: must be >= 1")
-        _check(self.batch_size >= 1, "sampling.batch_size: must be >= 1")
+        require(self.dtype in ("float32", "bfloat16", "float16"),
+                f"sampling.dtype: {self.dtype!r} is not one of float32, bfloat16, float16")
+        require(self.backend in ("auto", "hf", "vllm"),
+                f"sampling.backend: {self.backend!r} is not one of auto, hf, vllm")
+        require(0 < self.gpu_memory_utilization <= 1, "sampling.gpu_memory_utilization: must be in (0, 1]")
+        require(self.kv_cache_gib > 0, "sampling.kv_cache_gib: must be > 0")
+        require(self.hf_decode in ("auto", "loop", "static"),
+                f"sampling.hf_decode: {self.hf_decode!r} is not one of auto, loop, static")
+        require(self.temperature > 0, "sampling.temperature: must be > 0")
+        require(0 < self.top_p <= 1, "sampling.top_p: must be in (0, 1]")
+        require(self.top_k >= 1, "sampling.top_k: must be >= 1")
+        require(self.max_new_tokens >= 1, "sampling.max_new_tokens: must be >= 1")
+        require(self.batch_size >= 1, "sampling.batch_size: must be >= 1")
 
 
 @dataclass
@@ -170,19 +174,19 @@ class TrainConfig:
     from the trainer's. Applied alike to every method's per-token loss (PPO surrogate, SDL term, divergences)."""
 
     def __post_init__(self) -> None:
-        _check(self.steps >= 0, "train.steps: must be >= 0")
-        _check(self.rollouts_per_step >= 1, "train.rollouts_per_step: must be >= 1")
-        _check(self.lr > 0, "train.lr: must be > 0")
-        _check(self.weight_decay >= 0, "train.weight_decay: must be >= 0")
-        _check(self.grad_clip > 0, "train.grad_clip: must be > 0")
-        _check(self.mixed_precision in ("bf16", "no"),
-               f"train.mixed_precision: {self.mixed_precision!r} is not bf16 or no")
-        _check(self.micro_batch_size >= 1, "train.micro_batch_size: must be >= 1")
-        _check(self.loss_chunk_size >= 1, "train.loss_chunk_size: must be >= 1")
-        _check(self.save_every >= 1, "train.save_every: must be >= 1")
-        _check(self.val_every >= 1, "train.val_every: must be >= 1")
-        _check(self.tis_cap is None or self.tis_cap >= 1, "train.tis_cap: must be >= 1 or null")
-        _check(self.sharding in ("ddp", "fsdp2"), f"train.sharding: {self.sharding!r} is not ddp or fsdp2")
+        require(self.steps >= 0, "train.steps: must be >= 0")
+        require(self.rollouts_per_step >= 1, "train.rollouts_per_step: must be >= 1")
+        require(self.lr > 0, "train.lr: must be > 0")
+        require(self.weight_decay >= 0, "train.weight_decay: must be >= 0")
+        require(self.grad_clip > 0, "train.grad_clip: must be > 0")
+        require(self.mixed_precision in ("bf16", "no"),
+                f"train.mixed_precision: {self.mixed_precision!r} is not bf16 or no")
+        require(self.micro_batch_size >= 1, "train.micro_batch_size: must be >= 1")
+        require(self.loss_chunk_size >= 1, "train.loss_chunk_size: must be >= 1")
+        require(self.save_every >= 1, "train.save_every: must be >= 1")
+        require(self.val_every >= 1, "train.val_every: must be >= 1")
+        require(self.tis_cap is None or self.tis_cap >= 1, "train.tis_cap: must be >= 1 or null")
+        require(self.sharding in ("ddp", "fsdp2"), f"train.sharding: {self.sharding!r} is not ddp or fsdp2")
 
 
 @dataclass
@@ -196,29 +200,8 @@ class MethodConfig:
     distribution at once, so it can need a smaller step than GRPO's sparse one on the same model."""
 
     def _check_steps(self, section: str) -> None:
-        _check(self.steps is None or self.steps >= 0, f"{section}.steps: must be >= 0 or null")
-        _check(self.lr is None or self.lr > 0, f"{section}.lr: must be > 0 or null")
-
-
-@dataclass
-class VanillaConfig:
-    """The unadapted base model has no parameters (the section exists so every method has one)."""
-
-
-@dataclass
-class GRPOConfig(MethodConfig):
-    group_size: int = 4
-    """Rollouts per task (G); advantages are normalised within each group."""
-    clip_low: float = 0.2
-    """PPO ratio clip below 1 (epsilon_lo)."""
-    clip_high: float = 0.2
-    """PPO ratio clip above 1 (epsilon_hi)."""
-
-    def __post_init__(self) -> None:
-        self._check_steps("grpo")
-        _check(self.group_size >= 2, "grpo.group_size: must be >= 2 (advantages are group-normalised)")
-        _check(0 < self.clip_low < 1, "grpo.clip_low: must be in (0, 1)")
-        _check(self.clip_high > 0, "grpo.clip_high: must be > 0")
+        require(self.steps is None or self.steps >= 0, f"{section}.steps: must be >= 0 or null")
+        require(self.lr is None or self.lr > 0, f"{section}.lr: must be > 0 or null")
 
 
 @dataclass
@@ -229,93 +212,6 @@ class PoolConfig:
     fill_with_references: bool = True
     """Give tasks without a base-model success their dataset reference solution, if it passes its tests
     (the paper fills the gaps with stronger-model solutions; we have no such model offline)."""
-
-
-@dataclass
-class SDFTConfig(MethodConfig):
-    """SDFT (Shenfeld et al., 2026): an EMA teacher reads a pool demonstration appended to the user message;
-    forward KL over the full vocabulary."""
-
-    ema_rate: float = 0.01
-    """alpha_EMA: after every step the teacher moves this fraction of the way to the student."""
-
-    def __post_init__(self) -> None:
-        self._check_steps("sdft")
-        _check(0 < self.ema_rate <= 1, "sdft.ema_rate: must be in (0, 1]")
-
-
-@dataclass
-class OPSDConfig(MethodConfig):
-    """OPSD (Zhao et al., 2026): the frozen initial model reads the pool's oracle trajectory in the system
-    message; forward KL over the full vocabulary."""
-
-    def __post_init__(self) -> None:
-        self._check_steps("opsd")
-
-
-@dataclass
-class SDPOConfig(MethodConfig):
-    """SDPO (Huebotter et al., 2026): an EMA teacher reads a successful sibling from the same step's group;
-    reverse KL on a top-K support plus a tail bucket."""
-
-    group_size: int = 4
-    """Rollouts per task (G); a rollout's teacher sees a successful sibling from its own group."""
-    ema_rate: float = 0.05
-    """Teacher EMA update rate per step."""
-    top_k: int = 100
-    """Size of the top-K support of the reverse KL (the SDPO reference: 100)."""
-    support: str = "student"
-    """Whose top-K tokens form the support: student (the SDPO reference) | teacher."""
-    success_threshold: float = 1.0
-    """A sibling counts as successful when its reward is >= this (coding: all tests pass)."""
-
-    def __post_init__(self) -> None:
-        self._check_steps("sdpo")
-        _check(self.group_size >= 2, "sdpo.group_size: must be >= 2 (a rollout's teacher context is a sibling)")
-        _check(0 < self.ema_rate <= 1, "sdpo.ema_rate: must be in (0, 1]")
-        _check(self.top_k >= 1, "sdpo.top_k: must be >= 1")
-        _check(self.support in ("student", "teacher"), f"sdpo.support: {self.support!r} is not student or teacher")
-        _check(0 <= self.success_threshold <= 1, "sdpo.success_threshold: must be in [0, 1]")
-
-
-@dataclass
-class SkillSDConfig(MethodConfig):
-    """Skill-SD (Wang et al., 2026): a skill summary chosen by UCB1 goes into the live teacher's user message;
-    PPO-clip plus importance-weighted sampled-token reverse KL."""
-
-    group_size: int = 4
-    """Rollouts per task (G) for the group-normalised PPO advantages."""
-    clip_low: float = 0.2
-    """PPO ratio clip below 1 (epsilon_lo)."""
-    clip_high: float = 0.28
-    """PPO ratio clip above 1 (epsilon_hi)."""
-    sdl_weight: float = 0.001
-    """lambda_sdl: weight of the sampled-token reverse KL added to the PPO loss."""
-    is_clip: float | None = 2.0
-    """Cap on the importance weight pi_theta / pi_old of the distillation term (null: uncapped)."""
-    ucb_c: float = 1.4142135623730951
-    """UCB1 exploration constant c (paper: sqrt 2)."""
-    candidates: int = 4
-    """Skills from the most similar past tasks that UCB1 chooses among for each task."""
-    summariser: str | None = None
-    """Model that writes the skill summaries: a Hugging Face id or local path; null = the base model."""
-    summary_tokens: int = 128
-    """Token budget of each summary section (What works / What to avoid / Suggested workflow)."""
-    success_threshold: float = 1.0
-    """A rollout counts as successful in the summariser's prompt when its reward is >= this."""
-
-    def __post_init__(self) -> None:
-        self._check_steps("skill_sd")
-        _check(self.group_size >= 1, "skill_sd.group_size: must be >= 1")
-        _check(0 < self.clip_low < 1, "skill_sd.clip_low: must be in (0, 1)")
-        _check(self.clip_high > 0, "skill_sd.clip_high: must be > 0")
-        _check(self.sdl_weight >= 0, "skill_sd.sdl_weight: must be >= 0")
-        _check(self.is_clip is None or self.is_clip > 0, "skill_sd.is_clip: must be > 0 or null")
-        _check(self.ucb_c >= 0, "skill_sd.ucb_c: must be >= 0")
-        _check(self.candidates >= 1, "skill_sd.candidates: must be >= 1")
-        _check(self.summariser is None or bool(self.summariser), "skill_sd.summariser: must not be empty")
-        _check(self.summary_tokens >= 1, "skill_sd.summary_tokens: must be >= 1")
-        _check(0 <= self.success_threshold <= 1, "skill_sd.success_threshold: must be in [0, 1]")
 
 
 @dataclass
@@ -337,9 +233,9 @@ class BankConfig:
     """Add LOPD's own successful training rollouts to the bank as training goes (off: frozen offline bank)."""
 
     def __post_init__(self) -> None:
-        _check(self.samples_per_task >= 1, "bank.samples_per_task: must be >= 1")
-        _check(0 <= self.success_threshold <= 1, "bank.success_threshold: must be in [0, 1]")
-        _check(bool(self.embedder), "bank.embedder: must not be empty")
+        require(self.samples_per_task >= 1, "bank.samples_per_task: must be >= 1")
+        require(0 <= self.success_threshold <= 1, "bank.success_threshold: must be in [0, 1]")
+        require(bool(self.embedder), "bank.embedder: must not be empty")
 
 
 @dataclass
@@ -363,12 +259,12 @@ class ComposerConfig:
     from all layers' activations to one layer's, its compute grows by about a third."""
 
     def __post_init__(self) -> None:
-        _check(self.lora_rank >= 1, "composer.lora_rank: must be >= 1")
-        _check(self.lora_alpha > 0, "composer.lora_alpha: must be > 0")
-        _check(0 <= self.lora_dropout < 1, "composer.lora_dropout: must be in [0, 1)")
-        _check(self.qformer_layers >= 1, "composer.qformer_layers: must be >= 1")
-        _check(self.ff_mult >= 1, "composer.ff_mult: must be >= 1")
-        _check(self.max_item_tokens >= 16, "composer.max_item_tokens: must be >= 16")
+        require(self.lora_rank >= 1, "composer.lora_rank: must be >= 1")
+        require(self.lora_alpha > 0, "composer.lora_alpha: must be > 0")
+        require(0 <= self.lora_dropout < 1, "composer.lora_dropout: must be in [0, 1)")
+        require(self.qformer_layers >= 1, "composer.qformer_layers: must be >= 1")
+        require(self.ff_mult >= 1, "composer.ff_mult: must be >= 1")
+        require(self.max_item_tokens >= 16, "composer.max_item_tokens: must be >= 16")
 
 
 @dataclass
@@ -388,43 +284,11 @@ class ColdStartConfig:
     Each measurement is a forward pass over them, which on CPU costs as much as several training steps."""
 
     def __post_init__(self) -> None:
-        _check(self.steps >= 0, "cold_start.steps: must be >= 0")
-        _check(self.eval_examples is None or self.eval_examples >= 1, "cold_start.eval_examples: must be >= 1 or null")
-        _check(self.batch_size >= 1, "cold_start.batch_size: must be >= 1")
-        _check(self.lr > 0, "cold_start.lr: must be > 0")
-        _check(self.grad_clip > 0, "cold_start.grad_clip: must be > 0")
-
-
-@dataclass
-class LOPDConfig(MethodConfig):
-    """Joint training of student and composer (paper eq. 8-12); `margin`, `latent_tokens`, `n_ret` are top level."""
-
-    top_m: int = 20
-    """Teacher top-M support of the reverse KL; the rest of the vocabulary is one tail bucket."""
-    anchor_weight: float = 0.2
-    """lambda: weight of ||c_phi - sg[c_phi0]||^2, the anchor of the latent context to its cold-start value."""
-    dual_lr: float = 0.5
-    """eta_beta: step of the dual update beta <- max(0, beta + eta_beta * (margin - Delta))."""
-    beta_init: float = 0.0
-    """Initial dual variable beta."""
-    composer_lr: float = 1e-5
-    """AdamW learning rate of the composer (LoRA + QFormer) during joint training."""
-    train_composer: bool = True
-    """False freezes the composer at its cold start phi_0 (the paper's "Frozen phi_0" ablation row)."""
-    margin_constraint: bool = True
-    """The privilege-margin constraint Delta >= m with its dual beta. False removes it: beta stays 0, so the loss
-    has no beta (m - Delta) term, which is how the paper reads "without the margin constraint (m = 0)" (Fig. 3's
-    m = 0 point). True with `margin: 0` is the literal constraint Delta >= 0: beta still rises whenever Delta < 0."""
-
-    def __post_init__(self) -> None:
-        _check(self.top_m >= 1, "lopd.top_m: must be >= 1")
-        _check(self.anchor_weight >= 0, "lopd.anchor_weight: must be >= 0")
-        _check(self.dual_lr >= 0, "lopd.dual_lr: must be >= 0")
-        _check(self.beta_init >= 0, "lopd.beta_init: must be >= 0")
-        _check(self.margin_constraint or self.beta_init == 0,
-               "lopd.beta_init: must be 0 when lopd.margin_constraint is false (beta stays 0 without the constraint)")
-        _check(self.composer_lr > 0, "lopd.composer_lr: must be > 0")
-        self._check_steps("lopd")
+        require(self.steps >= 0, "cold_start.steps: must be >= 0")
+        require(self.eval_examples is None or self.eval_examples >= 1, "cold_start.eval_examples: must be >= 1 or null")
+        require(self.batch_size >= 1, "cold_start.batch_size: must be >= 1")
+        require(self.lr > 0, "cold_start.lr: must be > 0")
+        require(self.grad_clip > 0, "cold_start.grad_clip: must be > 0")
 
 
 @dataclass
@@ -441,11 +305,11 @@ class EvalConfig:
     """Sandboxed test processes run concurrently when scoring."""
 
     def __post_init__(self) -> None:
-        _check(self.n_samples >= 1, "eval.n_samples: must be >= 1")
-        _check(self.task_limit is None or self.task_limit >= 1, "eval.task_limit: must be >= 1 or null")
-        _check(self.max_new_tokens >= 1, "eval.max_new_tokens: must be >= 1")
-        _check(self.batch_size >= 1, "eval.batch_size: must be >= 1")
-        _check(self.workers >= 1, "eval.workers: must be >= 1")
+        require(self.n_samples >= 1, "eval.n_samples: must be >= 1")
+        require(self.task_limit is None or self.task_limit >= 1, "eval.task_limit: must be >= 1 or null")
+        require(self.max_new_tokens >= 1, "eval.max_new_tokens: must be >= 1")
+        require(self.batch_size >= 1, "eval.batch_size: must be >= 1")
+        require(self.workers >= 1, "eval.workers: must be >= 1")
 
 
 @dataclass
@@ -500,22 +364,22 @@ class AgenticConfig:
 
     def __post_init__(self) -> None:
         for b in self.benchmarks:
-            _check(b in AGENTIC_BENCHMARKS,
-                   f"agentic.benchmarks: unknown benchmark {b!r} (known: {', '.join(AGENTIC_BENCHMARKS)})")
-        _check((self.envscaler_envs is None) == (self.envscaler_tasks is None),
-               "agentic.envscaler_envs and agentic.envscaler_tasks: set both (official data) or neither (built-in)")
-        _check(0 < self.test_fraction < 1, "agentic.test_fraction: must be in (0, 1)")
-        _check(self.steps is None or self.steps >= 0, "agentic.steps: must be >= 0 or null")
-        _check(self.rollouts_per_step is None or self.rollouts_per_step >= 1,
-               "agentic.rollouts_per_step: must be >= 1 or null")
+            require(b in AGENTIC_BENCHMARKS,
+                    f"agentic.benchmarks: unknown benchmark {b!r} (known: {', '.join(AGENTIC_BENCHMARKS)})")
+        require((self.envscaler_envs is None) == (self.envscaler_tasks is None),
+                "agentic.envscaler_envs and agentic.envscaler_tasks: set both (official data) or neither (built-in)")
+        require(0 < self.test_fraction < 1, "agentic.test_fraction: must be in (0, 1)")
+        require(self.steps is None or self.steps >= 0, "agentic.steps: must be >= 0 or null")
+        require(self.rollouts_per_step is None or self.rollouts_per_step >= 1,
+                "agentic.rollouts_per_step: must be >= 1 or null")
         for name in ("max_steps", "acebench_max_steps", "max_step_tokens", "max_context_tokens", "user_max_tokens"):
-            _check(getattr(self, name) >= 1, f"agentic.{name}: must be >= 1")
-        _check(self.tool_call_format in ("strict", "lenient"),
-               f"agentic.tool_call_format: {self.tool_call_format!r} is not strict or lenient")
-        _check(self.task_limit is None or self.task_limit >= 1, "agentic.task_limit: must be >= 1 or null")
-        _check(0 <= self.bank_success_threshold <= 1, "agentic.bank_success_threshold: must be in [0, 1]")
+            require(getattr(self, name) >= 1, f"agentic.{name}: must be >= 1")
+        require(self.tool_call_format in ("strict", "lenient"),
+                f"agentic.tool_call_format: {self.tool_call_format!r} is not strict or lenient")
+        require(self.task_limit is None or self.task_limit >= 1, "agentic.task_limit: must be >= 1 or null")
+        require(0 <= self.bank_success_threshold <= 1, "agentic.bank_success_threshold: must be in [0, 1]")
         for name in ("bank_samples_per_task", "bank_task_limit"):
-            _check(getattr(self, name) is None or getattr(self, name) >= 1, f"agentic.{name}: must be >= 1 or null")
+            require(getattr(self, name) is None or getattr(self, name) >= 1, f"agentic.{name}: must be >= 1 or null")
 
 
 @dataclass
@@ -538,15 +402,15 @@ class DataConfig:
     """Contest dates [start, end) of LiveCodeBench v6."""
 
     def __post_init__(self) -> None:
-        _check(self.validation_tasks >= 0, "data.validation_tasks: must be >= 0")
+        require(self.validation_tasks >= 0, "data.validation_tasks: must be >= 0")
         for name in ("lcb_v5_window", "lcb_v6_window"):
             window = getattr(self, name)
             try:
                 start, end = (date.fromisoformat(d) for d in window)
             except ValueError:
                 start = end = None
-            _check(len(window) == 2 and start is not None and start < end,
-                   f"data.{name}: expected [start, end] ISO dates with start < end, got {window!r}")
+            require(len(window) == 2 and start is not None and start < end,
+                    f"data.{name}: expected [start, end] ISO dates with start < end, got {window!r}")
 
     def livecodebench_release(self) -> Path:
         """Where the LiveCodeBench release is looked for."""
@@ -575,10 +439,10 @@ class LaunchConfig:
     (`accelerate launch --multi_gpu`)."""
 
     def __post_init__(self) -> None:
-        _check(self.processes == "auto" or (isinstance(self.processes, int) and self.processes >= 1),
-               f"launch.processes: {self.processes!r} is not a count >= 1 or auto")
-        _check(self.launcher in LAUNCHERS,
-               f"launch.launcher: {self.launcher!r} is not one of {', '.join(LAUNCHERS)}")
+        require(self.processes == "auto" or (isinstance(self.processes, int) and self.processes >= 1),
+                f"launch.processes: {self.processes!r} is not a count >= 1 or auto")
+        require(self.launcher in LAUNCHERS,
+                f"launch.launcher: {self.launcher!r} is not one of {', '.join(LAUNCHERS)}")
 
 
 @dataclass
@@ -623,43 +487,45 @@ class Config:
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     method_sections: dict[str, Any] = field(default_factory=lambda: {
         name: spec.config_class()() for name, spec in registry.METHODS.items()})
-    """Each registered method's own section (`cfg.grpo`, `cfg.lopd`, ...), typed by its registry entry."""
+    """Each registered method's own section by name, an instance of its registry entry's config class."""
 
-    def __getattr__(self, name: str) -> Any:
-        sections = self.__dict__.get("method_sections", {})
-        if name in sections:
-            return sections[name]
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    def section(self, kind: type[Section]) -> Section:
+        """The method section of config class `kind`, typed: `cfg.section(GRPOConfig).group_size`."""
+        found = [s for s in self.method_sections.values() if type(s) is kind]
+        if len(found) != 1:
+            raise KeyError(f"{len(found)} method sections are {kind.__name__}s (the registry names each class once)")
+        return found[0]
 
     def __post_init__(self) -> None:
-        _check(self.profile in PROFILES_NAMES, f"profile: {self.profile!r} is not one of {', '.join(PROFILES_NAMES)}")
-        _check(self.margin >= 0, "margin: must be >= 0")
-        _check(self.latent_tokens >= 1, "latent_tokens: must be >= 1")
-        _check(self.n_ret >= 1, "n_ret: must be >= 1")
+        require(self.profile in PROFILES_NAMES, f"profile: {self.profile!r} is not one of {', '.join(PROFILES_NAMES)}")
+        require(self.margin >= 0, "margin: must be >= 0")
+        require(self.latent_tokens >= 1, "latent_tokens: must be >= 1")
+        require(self.n_ret >= 1, "n_ret: must be >= 1")
         known_baselines = registry.baseline_names()
         for m in self.baseline_methods:
-            _check(m in known_baselines,
-                   f"baseline_methods: unknown baseline {m!r} (known: {', '.join(known_baselines)})")
+            require(m in known_baselines,
+                    f"baseline_methods: unknown baseline {m!r} (known: {', '.join(known_baselines)})")
         for m in self.methods:
-            _check(m in registry.METHODS, f"methods: unknown method {m!r} (known: {', '.join(registry.METHODS)})")
-            _check(not registry.METHODS[m].baseline or m in self.baseline_methods,
-                   f"methods: {m!r} is evaluated but not trained (add it to baseline_methods)")
+            require(m in registry.METHODS, f"methods: unknown method {m!r} (known: {', '.join(registry.METHODS)})")
+            require(not registry.METHODS[m].baseline or m in self.baseline_methods,
+                    f"methods: {m!r} is evaluated but not trained (add it to baseline_methods)")
         for b in self.benchmarks:
-            _check(b in KNOWN_BENCHMARKS, f"benchmarks: unknown benchmark {b!r} (known: {', '.join(KNOWN_BENCHMARKS)})")
+            require(b in KNOWN_BENCHMARKS,
+                    f"benchmarks: unknown benchmark {b!r} (known: {', '.join(KNOWN_BENCHMARKS)})")
         for name, section in self.method_sections.items():
             group = getattr(section, "group_size", None)
             if group is None:
                 continue
-            _check(self.train.rollouts_per_step % group == 0,
-                   f"train.rollouts_per_step: must be a multiple of {name}.group_size ({group})")
-            _check((self.agentic.rollouts_per_step or group) % group == 0,
-                   f"agentic.rollouts_per_step: must be a multiple of {name}.group_size ({group})")
+            require(self.train.rollouts_per_step % group == 0,
+                    f"train.rollouts_per_step: must be a multiple of {name}.group_size ({group})")
+            require((self.agentic.rollouts_per_step or group) % group == 0,
+                    f"agentic.rollouts_per_step: must be a multiple of {name}.group_size ({group})")
         if isinstance(self.launch.processes, int):
-            _check(not (error := process_split_error(self, self.launch.processes)), f"launch.processes: {error}")
+            require(not (error := process_split_error(self, self.launch.processes)), f"launch.processes: {error}")
         a = self.agentic
-        _check(a.max_step_tokens < a.max_context_tokens,
-               f"agentic.max_step_tokens: must be < agentic.max_context_tokens ({a.max_context_tokens}), "
-               "or no episode can take a step")
+        require(a.max_step_tokens < a.max_context_tokens,
+                f"agentic.max_step_tokens: must be < agentic.max_context_tokens ({a.max_context_tokens}), "
+                "or no episode can take a step")
 
     def rollouts_per_task(self) -> dict[str, int]:
         """Each method the run trains or evaluates (`methods`, `baseline_methods`): its rollouts per task, its group
@@ -693,12 +559,12 @@ def _convert(value: Any, hint: Any, key: str) -> Any:
     """Validate `value` against a type hint, converting nested dicts into dataclasses."""
     origin = typing.get_origin(hint)
     if dataclasses.is_dataclass(hint):
-        _check(isinstance(value, dict), f"{key}: expected a mapping, got {type(value).__name__}")
+        require(isinstance(value, dict), f"{key}: expected a mapping, got {type(value).__name__}")
         return _build(hint, value, key + ".")
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(hint)
         if value is None:
-            _check(type(None) in options, f"{key}: must not be null")
+            require(type(None) in options, f"{key}: must not be null")
             return None
         inner = [o for o in options if o is not type(None)]
         if len(inner) == 1:
@@ -706,19 +572,19 @@ def _convert(value: Any, hint: Any, key: str) -> Any:
         for option in inner:  # several types (a count or a word): the first that takes the value
             with contextlib.suppress(ConfigError):
                 return _convert(value, option, key)
-        _check(False, f"{key}: expected {' or '.join(o.__name__ for o in inner)}, got {value!r}")
+        require(False, f"{key}: expected {' or '.join(o.__name__ for o in inner)}, got {value!r}")
     if origin is list:
-        _check(isinstance(value, list), f"{key}: expected a list, got {type(value).__name__}")
+        require(isinstance(value, list), f"{key}: expected a list, got {type(value).__name__}")
         (inner,) = typing.get_args(hint)
         return [_convert(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
     if hint is float:
-        _check(isinstance(value, (int, float)) and not isinstance(value, bool),
-               f"{key}: expected a number, got {value!r}")
-        _check(math.isfinite(value), f"{key}: must be a finite number, got {value!r}")
+        require(isinstance(value, (int, float)) and not isinstance(value, bool),
+                f"{key}: expected a number, got {value!r}")
+        require(math.isfinite(value), f"{key}: must be a finite number, got {value!r}")
         return float(value)
     if hint in (int, str, bool):
         ok = isinstance(value, hint) and not (hint is int and isinstance(value, bool))
-        _check(ok, f"{key}: expected {hint.__name__}, got {value!r}")
+        require(ok, f"{key}: expected {hint.__name__}, got {value!r}")
         return value
     raise TypeError(f"unsupported config type {hint!r} for {key}")
 
@@ -727,22 +593,22 @@ def _build(cls: type, raw: dict[str, Any], prefix: str = "") -> Any:
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     for k in raw:
-        _check(k in names, f"unknown key '{prefix}{k}'")
+        require(k in names, f"unknown key '{prefix}{k}'")
     for k in names - set(raw):
-        _check(False, f"missing key '{prefix}{k}' (params.yaml must hold every value a stage runs with)")
+        require(False, f"missing key '{prefix}{k}' (params.yaml must hold every value a stage runs with)")
     return cls(**{k: _convert(v, hints[k], prefix + k) for k, v in raw.items()})
 
 
 def build_config(raw: Any) -> Config:
     """A Config from a complete params mapping (every key present, as DVC composes it): validated, nothing added."""
-    _check(isinstance(raw, dict), f"expected a mapping at the top level, got {type(raw).__name__}")
+    require(isinstance(raw, dict), f"expected a mapping at the top level, got {type(raw).__name__}")
     methods = registry.METHODS
     hints = typing.get_type_hints(Config)
     names = {f.name for f in dataclasses.fields(Config)} - {"method_sections"} | set(methods)
     for k in raw:
-        _check(k in names, f"unknown key '{k}'")
+        require(k in names, f"unknown key '{k}'")
     for k in names - set(raw):
-        _check(False, f"missing key '{k}' (params.yaml must hold every value a stage runs with)")
+        require(False, f"missing key '{k}' (params.yaml must hold every value a stage runs with)")
     sections = {k: _convert(v, methods[k].config_class(), k) for k, v in raw.items() if k in methods}
     return Config(**{k: _convert(v, hints[k], k) for k, v in raw.items() if k not in methods},
                   method_sections=sections)

@@ -130,7 +130,7 @@ class Method(ABC):
         return self._own_or_shared(cfg, "lr")
 
     def _own_or_shared(self, cfg: Config, key: str) -> Any:
-        own = getattr(getattr(cfg, self.name, None), key, None)
+        own = getattr(cfg.method_sections.get(self.name), key, None)
         return getattr(cfg.train, key) if own is None else own
 
     def setup(self, ctx: MethodContext) -> None:

@@ -41,13 +41,13 @@ def named_class(qualified: str) -> type:
 
 
 METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in (  # the paper's table order
-    MethodSpec("vanilla", "Vanilla", "lopd.core.config:VanillaConfig", "baselines.vanilla:Vanilla"),
-    MethodSpec("grpo", "GRPO", "lopd.core.config:GRPOConfig", "baselines.grpo:GRPO"),
-    MethodSpec("skill_sd", "Skill-SD", "lopd.core.config:SkillSDConfig", "baselines.skill_sd:SkillSD"),
-    MethodSpec("opsd", "OPSD", "lopd.core.config:OPSDConfig", "baselines.opsd:OPSD"),
-    MethodSpec("sdpo", "SDPO", "lopd.core.config:SDPOConfig", "baselines.sdpo:SDPO"),
-    MethodSpec("sdft", "SDFT", "lopd.core.config:SDFTConfig", "baselines.sdft:SDFT"),
-    MethodSpec("lopd", "LOPD", "lopd.core.config:LOPDConfig", "lopd.latent.method:LOPD", baseline=False),
+    MethodSpec("vanilla", "Vanilla", "baselines.config:VanillaConfig", "baselines.vanilla:Vanilla"),
+    MethodSpec("grpo", "GRPO", "baselines.config:GRPOConfig", "baselines.grpo:GRPO"),
+    MethodSpec("skill_sd", "Skill-SD", "baselines.config:SkillSDConfig", "baselines.skill_sd:SkillSD"),
+    MethodSpec("opsd", "OPSD", "baselines.config:OPSDConfig", "baselines.opsd:OPSD"),
+    MethodSpec("sdpo", "SDPO", "baselines.config:SDPOConfig", "baselines.sdpo:SDPO"),
+    MethodSpec("sdft", "SDFT", "baselines.config:SDFTConfig", "baselines.sdft:SDFT"),
+    MethodSpec("lopd", "LOPD", "lopd.latent.config:LOPDConfig", "lopd.latent.method:LOPD", baseline=False),
 )}
 
 

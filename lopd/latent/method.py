@@ -25,6 +25,7 @@ from lopd.core.trajectory import TokenBatch, Trajectory
 from lopd.latent.bank import BankEntry, episode_turns, task_text
 from lopd.latent.cold_start import ANCHORS_FILE, COMPOSER_FILE
 from lopd.latent.composer import FRAMINGS, Composer, compose, teacher_batch
+from lopd.latent.config import LOPDConfig
 from lopd.latent.losses import anchor_penalty, dual_update, lopd_loss
 from lopd.latent.retrieval import TextEmbedder, document_text, load_bank
 
@@ -38,7 +39,8 @@ class LOPD(Method):
         super().__init__(cfg, domain)
         self.bank_dir, self.composer_dir = domain.bank, domain.composer
         self.framing, self.trace_of = FRAMINGS[domain.name], domain.bank_trace
-        self.beta = cfg.lopd.beta_init
+        self.config = cfg.section(LOPDConfig)
+        self.beta = self.config.beta_init
         self.grown: list[BankEntry] = []
 
     def setup(self, ctx: MethodContext) -> None:
@@ -52,7 +54,7 @@ class LOPD(Method):
         self.composer.load_trainable_state(torch.load(self.composer_dir / COMPOSER_FILE, weights_only=True,
                                                       map_location=device()))
         self.composer.requires_grad_(False)
-        if cfg.lopd.train_composer:
+        if self.config.train_composer:
             for name, p in self.composer.named_parameters():
                 p.requires_grad_("lora_" in name or name.startswith("qformer."))
         self.anchors: dict[str, dict] = torch.load(self.composer_dir / ANCHORS_FILE, map_location=device(),
@@ -67,7 +69,7 @@ class LOPD(Method):
 
     def param_groups(self) -> list[dict[str, Any]]:
         params = [p for p in self.composer.parameters() if p.requires_grad]
-        return [{"params": params, "lr": self.cfg.lopd.composer_lr}] if params else []
+        return [{"params": params, "lr": self.config.composer_lr}] if params else []
 
     def prepare(self, trajectories: list[Trajectory]) -> None:
         for traj in trajectories:  # the verification signal A = 2r - 1
@@ -78,7 +80,7 @@ class LOPD(Method):
         the cached c_phi0; entries the bank gained during training have no c_phi0 and are not anchored."""
         retrieved = [self.retriever.retrieve(t.task_id, self.cfg.n_ret) for t in trajectories]
         cached = [self.anchors[t.task_id] for t in trajectories]
-        if not self.cfg.lopd.train_composer and all(c["entries"] == r for c, r in zip(cached, retrieved)):
+        if not self.config.train_composer and all(c["entries"] == r for c, r in zip(cached, retrieved)):
             return [c["latents"] for c in cached], []
         latents = compose(self.composer, [task_text(self.messages[t.task_id]) for t in trajectories],
                           [[self.bank[i].trace for i in idx] for idx in retrieved])
@@ -94,7 +96,7 @@ class LOPD(Method):
              trajectories: list[Trajectory]) -> tuple[torch.Tensor, dict[str, float]]:
         cfg = self.cfg
         # A frozen composer gives the teacher nothing to learn: its pass needs no graph.
-        grad = torch.enable_grad() if cfg.lopd.train_composer else torch.no_grad()
+        grad = torch.enable_grad() if self.config.train_composer else torch.no_grad()
         with grad, self.accelerator.autocast():
             latents, anchored = self._latents(trajectories)
             teacher, starts = teacher_batch(self.tokenizer, trajectories,
@@ -107,7 +109,7 @@ class LOPD(Method):
         assert hidden_t_N_D.shape == student.hidden_N_D.shape, "teacher and student action positions differ"
         kl_N, logp_s_N, logp_t_N = chunked_distillation(
             student.hidden_N_D, student.weight_V_D, hidden_t_N_D, self.composer.backbone.get_output_embeddings().weight,
-            student.targets_N, TopkTailReverseKL(cfg.lopd.top_m, support="teacher"),
+            student.targets_N, TopkTailReverseKL(self.config.top_m, support="teacher"),
             student.temperature, student.chunk_size)
         student.logp_N = logp_s_N
         w_N = student.token_weights_N()  # train.tis_cap: weights the KL only; None when off
@@ -116,15 +118,15 @@ class LOPD(Method):
         # The privilege margin Delta stays unweighted: it is the paper's constraint (eq. 11) as defined, which the
         # dual update compares with the margin m.
         loss, metrics = lopd_loss(kl_N, logp_t_N, logp_s_N, student.sequence_N, batch.advantages_B, self.beta,
-                                  cfg.margin, anchor, cfg.lopd.anchor_weight, w_N)
+                                  cfg.margin, anchor, self.config.anchor_weight, w_N)
         metrics.update(student.tis_metrics(w_N))
         metrics["beta"] = self.beta
         metrics["latent_tokens_mean"] = sum(lat.shape[0] for lat in latents) / len(latents)
         return loss, metrics
 
     def after_step(self, metrics: dict[str, float], trajectories: list[Trajectory]) -> dict[str, float]:
-        if self.cfg.lopd.margin_constraint:
-            self.beta = dual_update(self.beta, self.cfg.margin, metrics["privilege_margin"], self.cfg.lopd.dual_lr)
+        if self.config.margin_constraint:
+            self.beta = dual_update(self.beta, self.cfg.margin, metrics["privilege_margin"], self.config.dual_lr)
         if self.embedder is not None:
             self._grow([t for t in trajectories if t.reward >= self.cfg.bank.success_threshold])
         return {"beta_next": self.beta, "bank_size": len(self.bank)}
