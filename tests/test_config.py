@@ -247,3 +247,12 @@ def test_paths_are_recorded_relative_to_the_repository():
     assert repo_relative(REPO_ROOT / "checkpoints" / "lopd") == "checkpoints/lopd"
     assert repo_relative(REPO_ROOT / ".." / "shared" / "data") == "../shared/data"
     assert repo_relative("/elsewhere/model") == "/elsewhere/model" and repo_relative("smollm2-135m") == "smollm2-135m"
+
+
+def test_conf_config_yaml_is_generated_from_the_dataclasses():
+    """One source of defaults: conf/config.yaml is what `python -m pipelines.defaults --write` writes from the config
+    dataclasses (their values and first docstring sentences), so a default is edited in one place."""
+    from pipelines.defaults import CONFIG_YAML, config_yaml
+
+    assert CONFIG_YAML.read_text() == config_yaml(), "run `python -m pipelines.defaults --write`"
+    assert {k for k in read_yaml(CONFIG_YAML) if k != "defaults"} == set(Config().to_dict()) - {"profile"}

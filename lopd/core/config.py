@@ -8,13 +8,12 @@ Method sections (`grpo`, `lopd`, ...) are typed by the method registry (lopd/cor
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
+import functools
 import math
 import os
 import re
-import types
 import typing
 from dataclasses import dataclass, field
 from datetime import date
@@ -22,6 +21,8 @@ from pathlib import Path
 from typing import Any, Sequence, TypeVar
 
 import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from lopd.core import registry
 
@@ -555,63 +556,80 @@ def process_split_error(cfg: Config, processes: int) -> str | None:
             f"{group} for {name}) evenly; use a count that divides {tasks}")
 
 
-def _convert(value: Any, hint: Any, key: str) -> Any:
-    """Validate `value` against a type hint, converting nested dicts into dataclasses."""
-    origin = typing.get_origin(hint)
-    if dataclasses.is_dataclass(hint):
-        require(isinstance(value, dict), f"{key}: expected a mapping, got {type(value).__name__}")
-        return _build(hint, value, key + ".")
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(hint)
-        if value is None:
-            require(type(None) in options, f"{key}: must not be null")
-            return None
-        inner = [o for o in options if o is not type(None)]
-        if len(inner) == 1:
-            return _convert(value, inner[0], key)
-        for option in inner:  # several types (a count or a word): the first that takes the value
-            with contextlib.suppress(ConfigError):
-                return _convert(value, option, key)
-        require(False, f"{key}: expected {' or '.join(o.__name__ for o in inner)}, got {value!r}")
-    if origin is list:
-        require(isinstance(value, list), f"{key}: expected a list, got {type(value).__name__}")
-        (inner,) = typing.get_args(hint)
-        return [_convert(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
-    if hint is float:
-        require(isinstance(value, (int, float)) and not isinstance(value, bool),
-                f"{key}: expected a number, got {value!r}")
-        require(math.isfinite(value), f"{key}: must be a finite number, got {value!r}")
-        return float(value)
-    if hint in (int, str, bool):
-        ok = isinstance(value, hint) and not (hint is int and isinstance(value, bool))
-        require(ok, f"{key}: expected {hint.__name__}, got {value!r}")
-        return value
-    raise TypeError(f"unsupported config type {hint!r} for {key}")
-
-
-def _build(cls: type, raw: dict[str, Any], prefix: str = "") -> Any:
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    for k in raw:
-        require(k in names, f"unknown key '{prefix}{k}'")
-    for k in names - set(raw):
-        require(False, f"missing key '{prefix}{k}' (params.yaml must hold every value a stage runs with)")
-    return cls(**{k: _convert(v, hints[k], prefix + k) for k, v in raw.items()})
-
-
 def build_config(raw: Any) -> Config:
-    """A Config from a complete params mapping (every key present, as DVC composes it): validated, nothing added."""
+    """A Config from a complete params mapping (every key present, as DVC composes it), parsed by OmegaConf against
+    the dataclasses (types and conversions), then checked by each section's `__post_init__`; nothing is added."""
     require(isinstance(raw, dict), f"expected a mapping at the top level, got {type(raw).__name__}")
     methods = registry.METHODS
-    hints = typing.get_type_hints(Config)
-    names = {f.name for f in dataclasses.fields(Config)} - {"method_sections"} | set(methods)
+    top = {f.name: hint for f, hint in _fields(Config) if f.name != "method_sections"}
+    _require_complete(raw, {**top, **{name: spec.config_class() for name, spec in methods.items()}})
+    _require_finite(raw)
+    nested = {k: v for k, v in raw.items() if k not in methods}
+    nested["method_sections"] = {k: v for k, v in raw.items() if k in methods}
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(_schema(tuple(methods.values())), nested))
+    except OmegaConfBaseException as err:
+        key = err.full_key.removeprefix("method_sections.")  # a method's section is a top-level param
+        raise ConfigError(f"{key}: {_expected(str(err))}, got {_lookup(raw, key)!r}") from None
+
+
+@functools.lru_cache(maxsize=4)
+def _schema(specs: tuple[registry.MethodSpec, ...]) -> DictConfig:
+    """The structured config every params mapping is merged into (a merge leaves it as it is), per registry."""
+    schema = OmegaConf.structured(Config)
+    schema.method_sections = {spec.name: OmegaConf.structured(spec.config_class()) for spec in specs}
+    return schema
+
+
+def _fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:
+    hints = typing.get_type_hints(cls)
+    return [(f, hints[f.name]) for f in dataclasses.fields(cls)]
+
+
+def _require_complete(raw: dict[str, Any], sections: dict[str, Any], prefix: str = "") -> None:
+    """Every key of the schema present, no other, and a mapping wherever it has a section: params.yaml holds every
+    value a stage runs with (OmegaConf's merge would fill a missing key with its default)."""
     for k in raw:
-        require(k in names, f"unknown key '{k}'")
-    for k in names - set(raw):
-        require(False, f"missing key '{k}' (params.yaml must hold every value a stage runs with)")
-    sections = {k: _convert(v, methods[k].config_class(), k) for k, v in raw.items() if k in methods}
-    return Config(**{k: _convert(v, hints[k], k) for k, v in raw.items() if k not in methods},
-                  method_sections=sections)
+        require(k in sections, f"unknown key '{prefix}{k}'")
+    for k in sections.keys() - raw.keys():
+        require(False, f"missing key '{prefix}{k}' (params.yaml must hold every value a stage runs with)")
+    for k, hint in sections.items():
+        if dataclasses.is_dataclass(hint):
+            require(isinstance(raw[k], dict), f"{prefix}{k}: expected a mapping, got {type(raw[k]).__name__}")
+            _require_complete(raw[k], {f.name: h for f, h in _fields(hint)}, f"{prefix}{k}.")
+
+
+def _require_finite(raw: Any, prefix: str = "") -> None:
+    """No number is infinite or NaN (YAML spells them `.inf` and `.nan`); checked before any section compares one."""
+    if isinstance(raw, dict):
+        for k, v in raw.items():
+            _require_finite(v, f"{prefix}{k}.")
+    elif isinstance(raw, float):
+        require(math.isfinite(raw), f"{prefix.rstrip('.')}: must be a finite number, got {raw!r}")
+
+
+_OMEGACONF_TYPES = {"Float": "a number", "Integer": "int", "Boolean": "bool", "String": "str"}
+
+
+def _expected(omegaconf_message: str) -> str:
+    """What a value should have been, from OmegaConf's validation message (its first line)."""
+    first = omegaconf_message.splitlines()[0]
+    if converted := re.search(r"could not be converted to (\w+)", first):
+        return f"expected {_OMEGACONF_TYPES.get(converted.group(1), converted.group(1))}"
+    if union := re.search(r"incompatible with type hint 'Union\[(.*)\]'", first):
+        return f"expected {' or '.join(union.group(1).split(', '))}"
+    if "not a ListConfig" in first:
+        return "expected a list"
+    if "Incompatible value 'None'" in first:
+        return "must not be null"
+    return first
+
+
+def _lookup(raw: dict[str, Any], key: str) -> Any:
+    value: Any = raw
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
 
 
 def compose(profile: str = "cpu", overrides: Sequence[str] = ()) -> dict[str, Any]:
@@ -620,8 +638,6 @@ def compose(profile: str = "cpu", overrides: Sequence[str] = ()) -> dict[str, An
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
 
     try:
         with initialize_config_dir(str(CONF_DIR), version_base=None):
@@ -645,23 +661,6 @@ def _merged(base: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-class _Yaml12Loader(yaml.SafeLoader):
-    """PyYAML follows YAML 1.1, where `1e-5` and `3e-06` (no dot) are strings; YAML 1.2 and DVC write them as
-    numbers."""
-
-
-_Yaml12Loader.yaml_implicit_resolvers = {k: [r for r in v if r[0] != "tag:yaml.org,2002:float"]
-                                         for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-_Yaml12Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-                    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-                    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
-                    |[-+]?\.(?:inf|Inf|INF)
-                    |\.(?:nan|NaN|NAN))$""", re.X),
-    list("-+0123456789."))
-
-
 def read_yaml(path: Path) -> Any:
     """Parse a YAML file (YAML 1.2 numbers); errors name the file and line in one line."""
     try:
@@ -671,10 +670,16 @@ def read_yaml(path: Path) -> Any:
     return parse_yaml(text, str(path))
 
 
-def parse_yaml(text: str, source: str) -> Any:
-    """Parse YAML text (YAML 1.2 numbers); errors name `source` and the line in one line."""
+def parse_yaml(text: str, source: str) -> dict[str, Any] | None:
+    """Parse a YAML mapping with OmegaConf (YAML 1.2 numbers: `1e-5` is a float, as DVC writes it; duplicate keys are
+    refused); None for an empty text. Errors name `source` and the line in one line."""
     try:
-        return yaml.load(text, Loader=_Yaml12Loader)
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is None:
+            return None
+        if not isinstance(node, yaml.MappingNode):
+            raise ConfigError(f"{source}: not a YAML mapping")
+        return OmegaConf.to_container(OmegaConf.create(text), resolve=False)
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f":{mark.line + 1}" if mark else ""
