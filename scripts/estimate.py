@@ -262,7 +262,7 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
         stage_s[name] = c.startup_s + work_s * share
 
     def steps_of(method: str) -> int:
-        return getattr(cfg, method).steps or cfg.train.steps
+        return cfg.method_sections[method].steps or cfg.train.steps
 
     def step_sampling(rollouts: float) -> float:
         return rollouts * (c.train_tokens / c.train_rate + c.sandbox_s)

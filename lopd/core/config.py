@@ -1,9 +1,10 @@
-"""Typed, validated configuration: params.yaml -> dataclasses.
+"""Typed, validated configuration: params.yaml -> dataclasses, parsed by OmegaConf's structured configs.
 
-params.yaml is composed by DVC's Hydra integration from conf/config.yaml (the paper's values, also the dataclass
-defaults here), conf/profile/<profile>.yaml on top, and `dvc exp run -S key=value` overrides last. It therefore
-holds every value a stage runs with, and a stage reads it as it is: what DVC and MLflow record is what ran.
-Method sections (`grpo`, `lopd`, ...) are typed by the method registry (lopd/core/registry.py).
+params.yaml is composed by DVC's Hydra integration from conf/config.yaml (the paper's values: generated from the
+dataclass defaults, `python -m pipelines.defaults`), conf/profile/<profile>.yaml on top, and `dvc exp run -S
+key=value` overrides last. It therefore holds every value a stage runs with, and a stage reads it as it is: what DVC
+and MLflow record is what ran. Each method's section is a dataclass beside the method (baselines/config.py,
+lopd/latent/config.py), named by the method registry (lopd/core/registry.py): `cfg.section(GRPOConfig)`.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def resolve_model(name: str) -> str:
 
 
 Section = TypeVar("Section")
+"""A method section's config dataclass (`Config.section`)."""
 
 
 class ConfigError(ValueError):

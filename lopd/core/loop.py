@@ -179,6 +179,7 @@ def update(model, optimizer, accelerator: Accelerator, method: Method, trajector
 @dataclass
 class Run:
     """What a training run holds between its steps: built by `setup`, advanced by `train_step`, closed by `finish`."""
+
     cfg: Config
     method: Method
     accelerator: Accelerator
