@@ -256,3 +256,17 @@ def test_conf_config_yaml_is_generated_from_the_dataclasses():
 
     assert CONFIG_YAML.read_text() == config_yaml(), "run `python -m pipelines.defaults --write`"
     assert {k for k in read_yaml(CONFIG_YAML) if k != "defaults"} == set(Config().to_dict()) - {"profile"}
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"train": {"steps": 0}}, "train.steps: must be >= 1 (grpo trains that many steps; a trained method with 0 steps"),
+    ({"sdpo": {"steps": 0}}, "sdpo.steps: must be >= 1 or null (a trained method with 0 steps would replace"),
+    ({"lopd": {"steps": 0}}, "lopd.steps: must be >= 1 or null"),
+    ({"agentic": {"steps": 0}}, "agentic.steps: must be >= 1 or null"),
+])
+def test_a_trained_method_with_zero_steps_is_refused(raw, message):
+    """0 steps would finish the stage with the base weights as the method's checkpoint and `rollouts: 0` metrics,
+    exit 0: a typo that silently replaces a trained model. Vanilla is the row that trains nothing."""
+    with pytest.raises(ConfigError) as err:
+        resolve(raw)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)

@@ -525,10 +525,24 @@ class Config:
                     f"agentic.rollouts_per_step: must be a multiple of {name}.group_size ({group})")
         if isinstance(self.launch.processes, int):
             require(not (error := process_split_error(self, self.launch.processes)), f"launch.processes: {error}")
+        self._require_training_steps()
         a = self.agentic
         require(a.max_step_tokens < a.max_context_tokens,
                 f"agentic.max_step_tokens: must be < agentic.max_context_tokens ({a.max_context_tokens}), "
                 "or no episode can take a step")
+
+    def _require_training_steps(self) -> None:
+        """A trained method's budget is at least one step: 0 would finish its stage with the base weights as its
+        checkpoint (and `rollouts: 0` metrics). Vanilla, which trains nothing, is the untrained row."""
+        why = "a trained method with 0 steps would replace its checkpoint with the base weights; vanilla is the " \
+              "untrained row"
+        require(self.agentic.steps != 0, f"agentic.steps: must be >= 1 or null ({why})")
+        for name, section in self.method_sections.items():  # every branch of dvc.yaml, whatever the method lists
+            if isinstance(section, MethodConfig):
+                if section.steps is not None:
+                    require(section.steps >= 1, f"{name}.steps: must be >= 1 or null ({why})")
+                else:
+                    require(self.train.steps >= 1, f"train.steps: must be >= 1 ({name} trains that many steps; {why})")
 
     def rollouts_per_task(self) -> dict[str, int]:
         """Each method the run trains or evaluates (`methods`, `baseline_methods`): its rollouts per task, its group
