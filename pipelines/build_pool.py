@@ -15,7 +15,7 @@ from lopd.core.tracking import Tracker
 from lopd.latent.bank import check_no_eval_overlap, read_bank, task_text
 from lopd.latent.retrieval import BANK_FILE
 from pipelines.build_bank import evaluation_prompts
-from pipelines.common import DOMAIN_ARG, DOMAINS, for_domain, parse_args, record_metrics, stage_name
+from pipelines.common import DOMAIN_ARG, DOMAINS, for_domain, parse_args, record_metrics, run_stage, stage_name
 from pipelines.domains.code import coding_tasks, coding_training_tasks
 
 
@@ -97,4 +97,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

@@ -18,6 +18,7 @@ from pipelines.common import (
     for_domain,
     parse_args,
     record_metrics,
+    run_stage,
     stage_name,
     training_domain,
     write_history,
@@ -47,4 +48,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

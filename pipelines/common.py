@@ -13,7 +13,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from evaluation.coding.code_blocks import extract_code
 from lopd.core import registry
@@ -21,7 +21,7 @@ from lopd.core.checkpoint import MANIFEST, policy_dir
 from lopd.core.config import REPO_ROOT, Config, ConfigError, build_config, load_config
 from lopd.core.domain import Domain
 from lopd.core.experiments import flatten
-from lopd.core.models import check_model_dir
+from lopd.core.models import UnreadableWeights, check_model_dir
 from lopd.core.progress import quiet_libraries
 from lopd.core.tracking import Tracker
 
@@ -168,6 +168,15 @@ def build_method(name: str, cfg: Config, domain: str = "code") -> Method:
     if name not in registry.METHODS:
         sys.exit(f"error: unknown method {name!r} (known: {', '.join(registry.METHODS)})")
     return registry.METHODS[name].method_class()(cfg, DOMAINS[domain])  # imports that method's module only
+
+
+def run_stage(main: Callable[[], None]) -> None:
+    """Run a stage's `main`: a weights file it cannot read ends the stage with one line naming the file and how to
+    rebuild it, not a traceback (nothing has been written by then)."""
+    try:
+        main()
+    except UnreadableWeights as err:
+        sys.exit(f"error: {err}")
 
 
 def write_json(path: Path, data: Any) -> None:

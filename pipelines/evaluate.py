@@ -28,7 +28,7 @@ from lopd.core.models import load_tokenizer
 from lopd.core.rollout import encode_prompt, make_backend, process_seed, sampling_params
 from lopd.core.sampling import RolloutBackend
 from lopd.core.tracking import Tracker
-from pipelines.common import DOMAINS, parse_args, record_metrics, stage_name, trained_policy, write_json
+from pipelines.common import DOMAINS, parse_args, record_metrics, run_stage, stage_name, trained_policy, write_json
 
 METRICS = {"pass@1": "pass@1_plus", "pass@1_ci_low": "pass@1_plus_ci_low", "pass@1_ci_high": "pass@1_plus_ci_high",
            "pass@1_base": "pass@1_base", "n_tasks": "n_tasks"}
@@ -176,4 +176,4 @@ def evaluate_benchmark(cfg: Config, method: str, benchmark: str, bench: CodeBenc
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

@@ -27,7 +27,16 @@ from lopd.core.rollout import make_backend, process_seed, sampling_params
 from lopd.core.sampling import RolloutBackend
 from lopd.core.tracking import Tracker
 from lopd.core.trajectory import BEHAVIOUR_KEYS, Trajectory
-from pipelines.common import BASE_MODEL_DIR, DOMAINS, parse_args, stage_name, trained_policy, write_json, write_metrics
+from pipelines.common import (
+    BASE_MODEL_DIR,
+    DOMAINS,
+    parse_args,
+    run_stage,
+    stage_name,
+    trained_policy,
+    write_json,
+    write_metrics,
+)
 
 SCORE_KEYS = ("score", "score_ci_low", "score_ci_high", "n_tasks")
 """What DVC shows per benchmark (score 0-100 with its 95% CI); behaviour and timings are in the results files."""
@@ -175,4 +184,4 @@ def run(cfg: Config, method: str, model_dir: Callable[[], Path], wrap: Wrap | No
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

@@ -10,7 +10,7 @@ import sys
 from lopd.latent.composer import FRAMINGS
 from lopd.latent.context import BASE_COMPOSER, RegisteringEnvironment, latent_context_backend
 from pipelines import evaluate_agentic
-from pipelines.common import BASE_MODEL_DIR, DOMAINS, parse_args, stage_name
+from pipelines.common import BASE_MODEL_DIR, DOMAINS, parse_args, run_stage, stage_name
 
 
 def main() -> None:
@@ -31,4 +31,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

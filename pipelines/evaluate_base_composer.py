@@ -11,7 +11,7 @@ from lopd.core.rollout import Task
 from lopd.latent.composer import FRAMINGS
 from lopd.latent.context import BASE_COMPOSER, latent_context_backend
 from pipelines import evaluate
-from pipelines.common import BASE_MODEL_DIR, DOMAINS, parse_args, stage_name
+from pipelines.common import BASE_MODEL_DIR, DOMAINS, parse_args, run_stage, stage_name
 
 
 def main() -> None:
@@ -33,4 +33,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

@@ -15,7 +15,7 @@ from lopd.core.tracking import Tracker
 from lopd.latent.context import trained_composer
 from lopd.latent.decode import csv_rows, decode_examples, markdown, pick_examples
 from lopd.latent.retrieval import load_bank
-from pipelines.common import BASE_MODEL_DIR, DOMAINS, for_domain, parse_args, record_metrics
+from pipelines.common import BASE_MODEL_DIR, DOMAINS, for_domain, parse_args, record_metrics, run_stage
 from pipelines.domains import agentic, code
 
 EXAMPLES, TOP_K = 10, 5
@@ -79,4 +79,4 @@ def _wrap(text: str, width: int, lines: int = 3) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

@@ -10,7 +10,7 @@ import time
 from lopd.core.config import resolve_model
 from lopd.core.models import CONVERSION_CHECK_FILE, prepare_base_model
 from lopd.core.tracking import Tracker
-from pipelines.common import BASE_MODEL_DIR, METRICS_DIR, parse_args, record_metrics, stage_name
+from pipelines.common import BASE_MODEL_DIR, METRICS_DIR, parse_args, record_metrics, run_stage, stage_name
 
 
 def main() -> None:
@@ -30,4 +30,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

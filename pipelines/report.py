@@ -35,7 +35,7 @@ from evaluation.tables import (
 from lopd.core import registry
 from lopd.core.config import REPO_ROOT
 from lopd.core.tracking import Tracker
-from pipelines.common import DOMAINS, parse_args, recorded_summaries, stage_name
+from pipelines.common import DOMAINS, parse_args, recorded_summaries, run_stage, stage_name
 
 TABLES_DIR = REPO_ROOT / "reports" / "tables"
 FIGURES_DIR = REPO_ROOT / "reports" / "figures"
@@ -239,4 +239,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

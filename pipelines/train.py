@@ -24,6 +24,7 @@ from pipelines.common import (
     for_domain,
     parse_args,
     record_metrics,
+    run_stage,
     stage_modules,
     stage_name,
     training_domain,
@@ -82,4 +83,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

@@ -219,3 +219,51 @@ def test_the_per_tensor_adamw_on_cpu_updates_as_the_multi_tensor_one(tiny_model_
             optimizer.step()
     for a, b in zip(models[0].parameters(), models[1].parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-7)
+
+
+def _truncate(file):
+    data = file.read_bytes()
+    file.write_bytes(data[:len(data) // 2])
+
+
+def test_a_truncated_base_model_is_one_line_and_overwrites_nothing(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    """The error names the file and how to rebuild it, before the resume check could call the corrupt file a changed
+    input ("starting fresh") and before anything is written."""
+    import shutil
+
+    from lopd.core import models
+    from lopd.core.models import UnreadableWeights
+    from pipelines.common import run_stage
+
+    root = tmp_path / "repo"
+    base = root / "models" / "base"
+    shutil.copytree(tiny_model_dir, base)
+    train(_cfg(1), GRPO(_cfg(1), NO_DOMAIN), TASKS, single_turn(_score), base, tmp_path / "run")
+    before = {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()}
+    _truncate(base / "model.safetensors")
+    monkeypatch.setattr(models, "REPO_ROOT", root)  # the folder `dvc repro prepare_model` rebuilds
+    capsys.readouterr()
+    with pytest.raises(UnreadableWeights) as err:
+        train(_cfg(2), GRPO(_cfg(2), NO_DOMAIN), TASKS, single_turn(_score), base, tmp_path / "run")
+    message = str(err.value)
+    assert message.startswith(f"{base / 'model.safetensors'}: unreadable weights (Error while deserializing header")
+    assert message.endswith("rebuild it: dvc repro prepare_model") and "\n" not in message
+    assert "starting fresh" not in capsys.readouterr().out
+    assert {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()} == before
+    with pytest.raises(SystemExit, match=r"^error: .*model.safetensors: unreadable weights"):  # what a stage prints
+        run_stage(lambda: models.load_model(base))
+
+
+def test_a_truncated_checkpoint_names_the_stage_to_rerun(tiny_model_dir, tmp_path):
+    """An evaluation reads a trained student's folder: its corrupt weights are one line too, before any engine."""
+    import shutil
+
+    from lopd.core.models import UnreadableWeights, load_model
+    from lopd.core.rollout import make_backend
+
+    student = tmp_path / "checkpoints" / "grpo" / "step-2" / "model"
+    shutil.copytree(tiny_model_dir, student)
+    _truncate(student / "model.safetensors")
+    for load in (lambda: load_model(student), lambda: make_backend(student, None, _cfg(1), 4)):
+        with pytest.raises(UnreadableWeights, match=r"weights .*re-run the stage that wrote it \(dvc repro\)$"):
+            load()

@@ -305,3 +305,19 @@ def test_lopd_steps_sets_its_own_budget(tiny_model_dir, bank_dir, composer_dir, 
     result = train(cfg, _method(cfg, bank_dir, composer_dir), TASKS, single_turn(_score), tiny_model_dir,
                    tmp_path / "one")
     assert [h["step"] for h in result["history"]] == [1]
+
+
+@pytest.mark.parametrize("name", [COMPOSER_FILE, ANCHORS_FILE])
+def test_a_truncated_composer_file_is_a_one_line_error(name, tiny_model_dir, bank_dir, composer_dir, tmp_path):
+    import shutil
+
+    corrupt = tmp_path / "composer"
+    shutil.copytree(composer_dir, corrupt)
+    data = (corrupt / name).read_bytes()
+    (corrupt / name).write_bytes(data[:len(data) // 2])
+    cfg = _cfg(train={"steps": 1})
+    with pytest.raises(MethodInputError) as err:
+        train(cfg, _method(cfg, bank_dir, corrupt), TASKS, single_turn(lambda t, c: [0.0] * len(c)), tiny_model_dir,
+              tmp_path / "run")
+    assert str(err.value).startswith(f"lopd: {corrupt / name}: unreadable (") and "\n" not in str(err.value)
+    assert not (tmp_path / "run" / "manifest.json").exists()

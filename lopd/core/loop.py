@@ -46,7 +46,7 @@ from lopd.core.distributed import (
 )
 from lopd.core.losses import chunked_entropy
 from lopd.core.methods import Method, MethodContext, PolicyOutputs
-from lopd.core.models import load_model, load_tokenizer
+from lopd.core.models import check_weights, load_model, load_tokenizer
 from lopd.core.progress import progress, write
 from lopd.core.rollout import Rollouts, Task, greedy_params, make_backend, sampling_params, step_seed
 from lopd.core.tracking import Tracker
@@ -253,6 +253,7 @@ def setup(cfg: Config, method: Method, tasks: Sequence[Task], base_dir: str | Pa
     tasks_per_step = cfg.train.rollouts_per_step // method.rollouts_per_task
     check_split(tasks_per_step, accelerator.num_processes)
     tokenizer = load_tokenizer(base_dir)
+    check_weights(base_dir)  # a corrupt base model is named as such, not mistaken for a changed input below
     steps = method.steps(cfg)
     fingerprint = checkpoint.fingerprint(cfg, method, base_dir, stage_modules)
     resumed = checkpoint.load(out_dir)

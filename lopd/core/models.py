@@ -20,14 +20,17 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import pickle
 import shutil
 from pathlib import Path
+from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaConfig, PreTrainedTokenizerBase
 
 from lopd.core import split_gguf
+from lopd.core.config import REPO_ROOT
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CONVERSION_CHECK_FILE = "conversion_check.json"
@@ -168,7 +171,40 @@ def load_model(path: str | Path, dtype: str = "float32", attn_implementation: st
     """Load a causal LM from a save_pretrained folder (base model or trained checkpoint)."""
     path = Path(path)
     check_model_dir(path)
+    check_weights(path)
     return AutoModelForCausalLM.from_pretrained(path, dtype=_dtype(dtype), attn_implementation=attn_implementation)
+
+
+class UnreadableWeights(ValueError):
+    """A weights file that cannot be read (truncated or corrupt): one line naming it and how to rebuild it."""
+
+
+def rebuild_hint(path: str | Path) -> str:
+    base = REPO_ROOT / "models" / "base"
+    inside_base = Path(path).resolve().is_relative_to(base.resolve())
+    return "rebuild it: dvc repro prepare_model" if inside_base else "re-run the stage that wrote it (dvc repro)"
+
+
+def check_weights(model_dir: str | Path) -> None:
+    """UnreadableWeights unless every safetensors file of a model folder has a readable header whose tensors lie
+    within the file, which is where a truncated or corrupt file fails (reading a header is cheap)."""
+    for file in sorted(Path(model_dir).glob("*.safetensors")):
+        try:
+            with safe_open(str(file), "pt"):
+                pass
+        except (SafetensorError, OSError) as err:
+            raise UnreadableWeights(f"{file}: unreadable weights ({str(err).splitlines()[0]}); "
+                                    f"{rebuild_hint(file)}") from None
+
+
+def load_tensors(path: str | Path, **kwargs) -> Any:
+    """`torch.load` of tensors and plain data only (no code runs); a truncated or corrupt file is UnreadableWeights."""
+    try:
+        return torch.load(path, weights_only=True, **kwargs)
+    except FileNotFoundError:
+        raise
+    except (RuntimeError, EOFError, pickle.UnpicklingError, OSError) as err:  # OSError: a truncated archive's read
+        raise UnreadableWeights(f"{path}: unreadable ({str(err).splitlines()[0]}); {rebuild_hint(path)}") from None
 
 
 def check_model_dir(path: str | Path) -> None:

@@ -17,7 +17,7 @@ from transformers import AutoConfig, GenerationConfig, PreTrainedTokenizerBase
 
 from lopd.core.config import Config
 from lopd.core.device import device
-from lopd.core.models import load_model
+from lopd.core.models import check_weights, load_model
 from lopd.core.sampling import ROLLOUT_ATTENTION, HFBackend, RolloutBackend, SamplingParams
 from lopd.core.static_decode import STATIC_ATTENTION, StaticDecoder, supports
 from lopd.core.trajectory import Trajectory, Turn
@@ -163,6 +163,7 @@ def make_backend(model_dir: str | Path, tokenizer: PreTrainedTokenizerBase, cfg:
     `sampling.dtype` on this process's device, kept in sync with the trainer after every step. vllm: an in-process
     engine (lopd/core/vllm_backend.py). hf: the decode loop or the static decoder (`hf_decode`). `prompt_embeds`: the
     backend will be given prompts as input embeddings (`generate(..., embeds=...)`; vLLM enables it at start-up)."""
+    check_weights(model_dir)  # before an engine reads them: a corrupt file is one line, not the engine's traceback
     if backend_name(cfg, model_dir) == "vllm":
         from lopd.core.vllm_backend import VLLMBackend
 

@@ -18,6 +18,7 @@ import torch
 from lopd.core import checkpoint
 from lopd.core.config import Config, repo_relative
 from lopd.core.device import device
+from lopd.core.models import load_tensors
 from lopd.core.rollout import Task, encode_prompt
 from lopd.core.sampling import Completion, RolloutBackend, SamplingParams
 from lopd.latent.bank import BankEntry, task_text
@@ -42,7 +43,7 @@ def trained_composer(cfg: Config, base_dir: str | Path, composer_dir: str | Path
     path = Path(composer_dir) / COMPOSER_FILE
     if not path.exists():
         raise FileNotFoundError(f"{path}: not found (run the cold_start stage)")
-    composer.load_trainable_state(torch.load(path, weights_only=True, map_location=device()))
+    composer.load_trainable_state(load_tensors(path, map_location=device()))
     return composer.eval(), tokenizer, f"phi_0, the cold start's ({repo_relative(path)}): no LOPD checkpoint"
 
 

@@ -20,7 +20,7 @@ from lopd.core.config import Config
 from lopd.core.device import device
 from lopd.core.losses import TopkTailReverseKL, chunked_distillation
 from lopd.core.methods import Domain, Method, MethodContext, PolicyOutputs
-from lopd.core.models import load_model
+from lopd.core.models import load_model, load_tensors
 from lopd.core.trajectory import TokenBatch, Trajectory
 from lopd.latent.bank import BankEntry, episode_turns, task_text
 from lopd.latent.cold_start import ANCHORS_FILE, COMPOSER_FILE
@@ -51,14 +51,12 @@ class LOPD(Method):
         for name in (COMPOSER_FILE, ANCHORS_FILE):
             if not (self.composer_dir / name).exists():
                 raise FileNotFoundError(f"{self.composer_dir / name}: not found (run the cold_start stage)")
-        self.composer.load_trainable_state(torch.load(self.composer_dir / COMPOSER_FILE, weights_only=True,
-                                                      map_location=device()))
+        self.composer.load_trainable_state(load_tensors(self.composer_dir / COMPOSER_FILE, map_location=device()))
         self.composer.requires_grad_(False)
         if self.config.train_composer:
             for name, p in self.composer.named_parameters():
                 p.requires_grad_("lora_" in name or name.startswith("qformer."))
-        self.anchors: dict[str, dict] = torch.load(self.composer_dir / ANCHORS_FILE, map_location=device(),
-                                                       weights_only=True)
+        self.anchors: dict[str, dict] = load_tensors(self.composer_dir / ANCHORS_FILE, map_location=device())
         self.bank, self.retriever = load_bank(self.bank_dir, cfg.bank.self_retrieval)
         self.messages = {t.task_id: t.messages for t in ctx.tasks}
         self.tools = {t.task_id: t.tools for t in ctx.tasks}
