@@ -464,3 +464,24 @@ def test_git_dirty_looks_at_code_not_at_what_dvc_rewrites(tmp_path, monkeypatch)
     assert tracking.git_dirty() == "false"
     (tmp_path / "lopd" / "core" / "x.py").write_text("1\n")
     assert tracking.git_dirty() == "true"
+
+
+def test_a_server_that_accepts_but_never_answers_is_given_up_by_the_probe(monkeypatch, capsys):
+    """A listening socket that never answers (the kernel completes the connection; nothing replies): the probe's
+    HTTP request times out, so the stage logs nothing to MLflow instead of waiting out MLflow's own timeouts."""
+    import socket
+
+    from lopd.core.tracking import probe_server
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        with pytest.raises(ConnectionError, match=f"tracking server {uri} does not answer"):
+            probe_server(uri)
+        monkeypatch.setenv("LOPD_MLFLOW_URI", uri)
+        with Tracker(resolve({"profile": "smoke"}), "unit") as tracker:
+            tracker.log_metrics({"x": 1.0}, step=1)
+    assert not tracker.enabled
+    err = capsys.readouterr().err
+    assert err.count("MLflow logging disabled") == 1 and len(err.strip().splitlines()) == 1, err

@@ -23,7 +23,8 @@ mid-run, the tracker warns once and the stage carries on.
 
 Safe under concurrency: stages share one sqlite store, so every MLflow call on it (schema creation on first
 use, experiment and parent-run creation, run writes) holds a file lock next to the db. Fast to fail: an http(s)
-server is probed once with a short timeout, and MLflow's own retries are capped, so a dead server costs seconds.
+server is probed once with a short timeout (it must answer an HTTP request, not just accept the connection), and
+MLflow's own retries are capped, so a dead or silent server costs seconds.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -117,15 +120,17 @@ def store_lock(uri: str):
 
 
 def probe_server(uri: str) -> None:
-    """Raise ConnectionError unless an http(s) tracking server accepts a TCP connection within a few seconds."""
-    parts = urlsplit(uri)
-    if parts.scheme not in ("http", "https"):
+    """Raise ConnectionError unless an http(s) tracking server answers an HTTP request (MLflow's /health) within a
+    few seconds: a dead host, a closed port and a server that accepts connections but never answers are all given
+    up here, not after MLflow's own timeouts and retries (about 37 s for the silent server)."""
+    if urlsplit(uri).scheme not in ("http", "https"):
         return
-    port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
-        socket.create_connection((parts.hostname, port), timeout=_PROBE_TIMEOUT_S).close()
-    except OSError as err:
-        raise ConnectionError(f"tracking server {uri} unreachable: {err}") from err
+        urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=_PROBE_TIMEOUT_S).close()
+    except urllib.error.HTTPError:
+        return  # an HTTP status is an answer (a proxy in front of the server may not route /health)
+    except OSError as err:  # URLError, a refused connection, a read that timed out
+        raise ConnectionError(f"tracking server {uri} does not answer: {err}") from err
 
 
 def get_or_create_experiment(mlflow, name: str, artifact_location: str | None) -> str:
