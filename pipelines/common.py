@@ -171,11 +171,11 @@ def build_method(name: str, cfg: Config, domain: str = "code") -> Method:
 
 
 def run_stage(main: Callable[[], None]) -> None:
-    """Run a stage's `main`: a weights file it cannot read ends the stage with one line naming the file and how to
-    rebuild it, not a traceback (nothing has been written by then)."""
+    """Run a stage's (or a benchmark script's) `main`: a missing upstream output or a weights file it cannot read ends
+    it with one line naming the file and how to rebuild it, not a traceback (nothing has been written by then)."""
     try:
         main()
-    except UnreadableWeights as err:
+    except (FileNotFoundError, UnreadableWeights) as err:
         sys.exit(f"error: {err}")
 
 

@@ -133,4 +133,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from pipelines.common import run_stage  # late, as every import of the code it measures
+
+    run_stage(main)

@@ -53,7 +53,7 @@ from lopd.latent.composer import encoder_text, inject_latents, teacher_batch
 from lopd.latent.config import LOPDConfig
 from lopd.latent.method import LOPD
 from lopd.latent.retrieval import load_bank
-from pipelines.common import BANK_DIR, BASE_MODEL_DIR
+from pipelines.common import BANK_DIR, BASE_MODEL_DIR, run_stage
 from pipelines.domains.code import coding_training_tasks
 
 BENCH_MODELS = Path.home() / ".cache" / "lopd-suite" / "bench-models"
@@ -276,4 +276,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

@@ -34,7 +34,7 @@ from lopd.core.loop import validate  # noqa: E402
 from lopd.core.models import load_tokenizer  # noqa: E402
 from lopd.core.rollout import make_backend, sampling_params  # noqa: E402
 from lopd.core.sampling import SamplingParams  # noqa: E402
-from pipelines.common import BASE_MODEL_DIR  # noqa: E402
+from pipelines.common import BASE_MODEL_DIR, run_stage  # noqa: E402
 from pipelines.domains.code import training_tasks  # noqa: E402
 from pipelines.evaluate import NotAvailable, code_benchmark, evaluate_benchmark  # noqa: E402
 
@@ -97,4 +97,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

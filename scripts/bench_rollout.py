@@ -37,6 +37,7 @@ from lopd.core.rollout import encode_prompt, make_backend, single_turn
 from lopd.core.sampling import HFBackend, RolloutBackend, SamplingParams
 from lopd.core.split_gguf import PROVENANCE_FILE
 from lopd.core.vllm_backend import vllm_available
+from pipelines.common import run_stage
 from pipelines.domains.code import coding_training_tasks
 
 TOOL_MESSAGE = ('{"status": "ok", "stdout": "3 tests passed, 1 failed: test_empty_input expected 0, got None", '
@@ -207,4 +208,4 @@ def bench_vllm(args, cfg, tokenizer, prompts, params: SamplingParams, hf: HFBack
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

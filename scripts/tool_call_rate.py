@@ -27,6 +27,7 @@ from lopd.core.config import REPO_ROOT, repo_relative, resolve
 from lopd.core.models import load_tokenizer
 from lopd.core.multiturn import TOOL_CALL_FORMATS, parse_step, run_episodes
 from lopd.core.rollout import make_backend, sampling_params
+from pipelines.common import run_stage
 
 
 def rates(texts: list[str]) -> dict:
@@ -126,4 +127,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

@@ -95,3 +95,4 @@ def test_the_profile_table_lists_every_profile():
     table = text[text.index("| profile | model |"):].split("\n\n")[0]
     rows = re.findall(r"^\| `(\w+)`", table, re.MULTILINE)
     assert sorted(rows) == sorted(path.stem for path in (REPO / "conf" / "profile").glob("*.yaml"))
+
