@@ -12,6 +12,7 @@ from accelerate import PartialState
 from evaluation import evalplus_bench, livecodebench
 from evaluation.agentic import envscaler_split
 from lopd.core.progress import progress
+from lopd.core.rollout import check_backend
 from lopd.core.tracking import Tracker
 from lopd.latent.bank import (
     check_no_eval_overlap,
@@ -74,6 +75,7 @@ def embed(embedder: TextEmbedder, texts: list[str], desc: str) -> np.ndarray:
 
 def main() -> None:
     args, cfg = parse_args(__doc__, domain=DOMAIN_ARG)
+    check_backend(cfg, BASE_MODEL_DIR)  # before any work: the rollout engine can run this model
     cfg, domain = for_domain(cfg, args.domain), DOMAINS[args.domain]
     stage = stage_name("build_bank", args.domain)
     with Tracker(cfg, stage) as tracker, training_domain(cfg, args.domain) as (tasks, collect, source, _):

@@ -171,11 +171,12 @@ def build_method(name: str, cfg: Config, domain: str = "code") -> Method:
 
 
 def run_stage(main: Callable[[], None]) -> None:
-    """Run a stage's (or a benchmark script's) `main`: a missing upstream output or a weights file it cannot read ends
-    it with one line naming the file and how to rebuild it, not a traceback (nothing has been written by then)."""
+    """Run a stage's (or a benchmark script's) `main`: a missing upstream output, a weights file it cannot read or a
+    setting the machine cannot run ends it with one line naming the file or key and what to do, not a traceback
+    (nothing has been written by then)."""
     try:
         main()
-    except (FileNotFoundError, UnreadableWeights) as err:
+    except (ConfigError, FileNotFoundError, UnreadableWeights) as err:
         sys.exit(f"error: {err}")
 
 

@@ -25,10 +25,19 @@ from lopd.core.config import Config, repo_relative
 from lopd.core.device import device
 from lopd.core.distributed import gather_shares, process_share
 from lopd.core.models import load_tokenizer
-from lopd.core.rollout import encode_prompt, make_backend, process_seed, sampling_params
+from lopd.core.rollout import check_backend, encode_prompt, make_backend, process_seed, sampling_params
 from lopd.core.sampling import RolloutBackend
 from lopd.core.tracking import Tracker
-from pipelines.common import DOMAINS, parse_args, record_metrics, run_stage, stage_name, trained_policy, write_json
+from pipelines.common import (
+    BASE_MODEL_DIR,
+    DOMAINS,
+    parse_args,
+    record_metrics,
+    run_stage,
+    stage_name,
+    trained_policy,
+    write_json,
+)
 
 METRICS = {"pass@1": "pass@1_plus", "pass@1_ci_low": "pass@1_plus_ci_low", "pass@1_ci_high": "pass@1_plus_ci_high",
            "pass@1_base": "pass@1_base", "n_tasks": "n_tasks"}
@@ -90,6 +99,7 @@ summary)."""
 
 def main() -> None:
     args, cfg = parse_args(__doc__, method={"required": True})
+    check_backend(cfg, BASE_MODEL_DIR)  # before any work: the rollout engine can run this model
     run(cfg, args.method, lambda: trained_policy("code", args.method))
 
 

@@ -23,7 +23,7 @@ from lopd.core.distributed import gather_shares, process_share
 from lopd.core.models import load_tokenizer
 from lopd.core.multiturn import run_episodes
 from lopd.core.progress import progress
-from lopd.core.rollout import make_backend, process_seed, sampling_params
+from lopd.core.rollout import check_backend, make_backend, process_seed, sampling_params
 from lopd.core.sampling import RolloutBackend
 from lopd.core.tracking import Tracker
 from lopd.core.trajectory import BEHAVIOUR_KEYS, Trajectory
@@ -115,6 +115,7 @@ Wrap = Callable[[RolloutBackend, object], tuple[RolloutBackend, dict[str, Any], 
 
 def main() -> None:
     args, cfg = parse_args(__doc__, method={"required": True})
+    check_backend(cfg, BASE_MODEL_DIR)  # before any work: the rollout engine can run this model
     run(cfg, args.method, lambda: trained_policy("agentic", args.method))
 
 

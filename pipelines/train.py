@@ -15,6 +15,7 @@ from evaluation.figures import draw_curves
 from evaluation.stats import score_ci
 from lopd.core.distributed import ProcessSplitError
 from lopd.core.loop import MethodInputError, train
+from lopd.core.rollout import check_backend
 from lopd.core.tracking import Tracker
 from pipelines.common import (
     BASE_MODEL_DIR,
@@ -54,6 +55,7 @@ def train_summary(history: list[dict], validation: list[dict]) -> dict[str, floa
 
 def main() -> None:
     args, cfg = parse_args(__doc__, method={"required": True, "help": "method name, e.g. grpo"}, domain=DOMAIN_ARG)
+    check_backend(cfg, BASE_MODEL_DIR)  # before any work: the rollout engine can run this model
     cfg, domain = for_domain(cfg, args.domain), DOMAINS[args.domain]
     method = build_method(args.method, cfg, args.domain)
     stage = stage_name("train", args.domain, method.name)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 
 import pytest
 import torch
@@ -214,3 +215,21 @@ def test_prompt_embeddings_sample_what_the_ids_do_and_need_the_engine_flag(engin
     assert [c.token_ids for c in by_embeds] == [c.token_ids for c in engine.generate(prompts, greedy, seed=0)]
     with pytest.raises(ValueError, match="prompt_embeds=True"):
         engine.generate(prompts, greedy, seed=0, embeds=own)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="vLLM's CPU attention: on a GPU vLLM takes every head size")
+@pytest.mark.parametrize("stage", ["train", "build_bank", "evaluate", "evaluate_agentic"])
+def test_a_stage_refuses_a_model_its_engine_cannot_run_before_any_work(stage, tiny_model_dir, monkeypatch, capsys):
+    """The cpu profile samples with vllm; a model whose head size vLLM's CPU attention does not take (tiny-random's
+    16) stops the stage as it starts, in one line naming the key to change, not in a traceback mid-stage."""
+    import importlib
+
+    from pipelines.common import run_stage
+
+    module = importlib.import_module(f"pipelines.{stage}")
+    monkeypatch.setattr(module, "BASE_MODEL_DIR", tiny_model_dir)
+    monkeypatch.setattr(sys, "argv", [stage, *([] if stage == "build_bank" else ["--method", "grpo"])])
+    with pytest.raises(SystemExit) as done:
+        run_stage(module.main)
+    assert str(done.value.code) == (f"error: sampling.backend=vllm: vLLM's CPU attention does not take "
+                                    f"{tiny_model_dir}'s head size (use sampling.backend=hf)")

@@ -15,7 +15,7 @@ from typing import Any, Callable, NamedTuple, Protocol, Sequence
 import torch
 from transformers import AutoConfig, GenerationConfig, PreTrainedTokenizerBase
 
-from lopd.core.config import Config
+from lopd.core.config import Config, ConfigError
 from lopd.core.device import device
 from lopd.core.models import check_weights, load_model
 from lopd.core.sampling import ROLLOUT_ATTENTION, HFBackend, RolloutBackend, SamplingParams
@@ -152,9 +152,16 @@ def backend_name(cfg: Config, model_dir: str | Path) -> str:
     if name == "vllm" and not vllm_available():
         raise RuntimeError(f"sampling.backend=vllm: vllm is not installed ({INSTALL_HINT})")
     if name == "vllm" and not torch.cuda.is_available() and not runs_on_cpu(model_dir):
-        raise ValueError(f"sampling.backend=vllm: vLLM's CPU attention does not take {model_dir}'s head size "
-                         "(use sampling.backend=hf)")
+        raise ConfigError(f"sampling.backend=vllm: vLLM's CPU attention does not take {model_dir}'s head size "
+                          "(use sampling.backend=hf)")
     return name  # an unknown name never gets here: SamplingConfig refuses it
+
+
+def check_backend(cfg: Config, model_dir: str | Path) -> None:
+    """The rollout engine the config names can run the model (else `backend_name`'s one-line error): what a stage
+    that samples checks as it starts, before any work. A folder without a model is left to the stage's own error."""
+    if (Path(model_dir) / "config.json").is_file():
+        backend_name(cfg, model_dir)
 
 
 def make_backend(model_dir: str | Path, tokenizer: PreTrainedTokenizerBase, cfg: Config,
