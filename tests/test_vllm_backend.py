@@ -217,7 +217,7 @@ def test_prompt_embeddings_sample_what_the_ids_do_and_need_the_engine_flag(engin
         engine.generate(prompts, greedy, seed=0, embeds=own)
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="vLLM's CPU attention: on a GPU vLLM takes every head size")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the head-size limit is vLLM CPU attention's")
 @pytest.mark.parametrize("stage", ["train", "build_bank", "evaluate", "evaluate_agentic"])
 def test_a_stage_refuses_a_model_its_engine_cannot_run_before_any_work(stage, tiny_model_dir, monkeypatch, capsys):
     """The cpu profile samples with vllm; a model whose head size vLLM's CPU attention does not take (tiny-random's
