@@ -66,8 +66,9 @@ def scalar(value: Any) -> str:
 
 
 def line(indent: str, key: str, value: Any, comment: str) -> list[str]:
-    """`key: value  # comment`, the comment on the line above when the line would pass WIDTH."""
-    text = f"{indent}{key}: {value}"
+    """`key: value  # comment` (a section's header has no value), the comment on the line above when the line would
+    pass WIDTH."""
+    text = f"{indent}{key}: {value}" if value != "" else f"{indent}{key}:"
     if not comment:
         return [text]
     inline = f"{text}  # {comment}"
@@ -85,7 +86,6 @@ def section_lines(key: str, cls: type, values: dict[str, Any]) -> list[str]:
         if dataclasses.is_dataclass(klass):
             docs.update(docstrings(klass))
     out = line("", key, "", first_sentence(class_doc(cls)))
-    out[-1] = out[-1].replace(f"{key}: ", f"{key}:", 1)
     for name, value in values.items():
         out += line("  ", name, scalar(value), first_sentence(docs.get(name)))
     return out
