@@ -85,7 +85,7 @@ STARTUP_SECONDS = 10.0
 
 
 class EvalPlusDataUnavailable(RuntimeError):
-    """The EvalPlus release files are neither in the data dir nor obtainable offline."""
+    """An EvalPlus release file is not in the data dir."""
 
 
 @dataclass(frozen=True)
@@ -127,32 +127,28 @@ def _data_file(spec: _Spec, data_dir: str | Path | None) -> Path:
 
 
 def _call_evalplus_data(benchmark: str, data_dir: str | Path | None, what: str) -> Any:
-    """Call evalplus' loader (what="loader") or hasher (what="hasher") on the release file.
+    """Call evalplus' loader (what="loader") or hasher (what="hasher") on the release file in `data_dir`.
 
     evalplus reads its override path once at import into a module global, so the global is
-    swapped for the call. Without the file, evalplus is left to its own cache/download."""
+    swapped for the call. Without the file nothing is called: evalplus would fetch the release
+    from the internet (or read a stale copy from its cache), and data is read only from params' paths."""
     import importlib
 
     spec = _spec(benchmark)
     path = _data_file(spec, data_dir)
+    if not path.is_file():
+        raise EvalPlusDataUnavailable(
+            f"{benchmark}: {path} not found: put the official EvalPlus release there "
+            f"(the evalplus/ folder of data.shared_dir; see docs/data.md)")
     module = importlib.import_module(spec.module)
     fn: Callable[[], Any] = getattr(module, getattr(spec, what))
     with _OVERRIDE_LOCK:
-        if path.is_file():
-            saved = getattr(module, spec.override_attr)
-            setattr(module, spec.override_attr, str(path))
-            try:
-                return fn()
-            finally:
-                setattr(module, spec.override_attr, saved)
+        saved = getattr(module, spec.override_attr)
+        setattr(module, spec.override_attr, str(path))
         try:
             return fn()
-        except Exception as exc:  # evalplus' download (wget) fails offline
-            detail = f"{type(exc).__name__}: {exc}".replace("\n", " ")
-            raise EvalPlusDataUnavailable(
-                f"{benchmark}: EvalPlus data is not available offline: {path} not found "
-                f"and evalplus could not download it ({detail})"
-            ) from exc
+        finally:
+            setattr(module, spec.override_attr, saved)
 
 
 def load_problems(

@@ -31,7 +31,7 @@ def main() -> None:
     args, cfg = parse_args(__doc__, domain=DOMAIN_ARG)
     cfg, domain = for_domain(cfg, args.domain), DOMAINS[args.domain]
     stage = stage_name("cold_start", args.domain)
-    with Tracker(cfg, stage) as tracker, training_domain(cfg, args.domain) as split:
+    with Tracker(cfg, stage, resumable=True) as tracker, training_domain(cfg, args.domain) as split:
         try:
             result = cold_start(cfg, BASE_MODEL_DIR, domain.bank, split.tasks, domain.composer, FRAMINGS[domain.name],
                                 tracker)

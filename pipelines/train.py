@@ -59,7 +59,7 @@ def main() -> None:
     cfg, domain = for_domain(cfg, args.domain), DOMAINS[args.domain]
     method = build_method(args.method, cfg, args.domain)
     stage = stage_name("train", args.domain, method.name)
-    with (Tracker(cfg, stage, system_metrics=True) as tracker,
+    with (Tracker(cfg, stage, system_metrics=True, resumable=True) as tracker,
           training_domain(cfg, args.domain) as (tasks, collect, source, validation)):
         start = time.perf_counter()
         try:

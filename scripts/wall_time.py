@@ -1,6 +1,7 @@
 """The default pipeline's wall time, summed over its stages' MLflow runs.
 
-Every stage logs one MLflow run under its dvc.yaml name (lopd/core/tracking.py); its duration (end - start) is the
+Every stage logs one MLflow run under its dvc.yaml name (lopd/core/tracking.py); its duration (end - start) less the
+time it spent interrupted (a training stage resumed from its checkpoint continues its run: tag `lopd.paused_s`) is the
 stage's wall time on the machine that ran it. Per stage of the DAG this takes the newest FINISHED run made in the
 workspace (runs inside DVC experiments, e.g. sweep points, are not the default run), sums them and writes
 reports/perf/default_run_wall_time.json. A stage with no such run (it ran elsewhere, or DVC restored it from its
@@ -29,16 +30,16 @@ DEFAULT_OUT = REPO_ROOT / "reports" / "perf" / "default_run_wall_time.json"
 def stage_wall_times(runs: Iterable[dict[str, Any]], stages: list[str]) -> dict[str, Any]:
     """Per stage in `stages`, the newest finished workspace run's duration; their sum; the stages without one.
 
-    `runs` are dicts with `stage`, `status`, `start` and `end` (datetimes), `experiment` (a DVC experiment name or
-    None) and `commit`."""
+    `runs` are dicts with `stage`, `status`, `start` and `end` (datetimes), `paused_s` (seconds interrupted),
+    `experiment` (a DVC experiment name or None) and `commit`."""
     newest: dict[str, dict[str, Any]] = {}
     for run in runs:
         if run["stage"] not in stages or run["status"] != "FINISHED" or run["experiment"] or run["end"] is None:
             continue
         if run["stage"] not in newest or run["start"] > newest[run["stage"]]["start"]:
             newest[run["stage"]] = run
-    per_stage = {s: {"seconds": round((r["end"] - r["start"]).total_seconds(), 1), "finished": r["end"].isoformat(),
-                     "commit": r["commit"]} for s in stages if (r := newest.get(s))}
+    per_stage = {s: {"seconds": round((r["end"] - r["start"]).total_seconds() - r["paused_s"], 1),
+                     "finished": r["end"].isoformat(), "commit": r["commit"]} for s in stages if (r := newest.get(s))}
     missing = [s for s in stages if s not in per_stage]
     return {"total_s": round(sum(v["seconds"] for v in per_stage.values()), 1), "complete": not missing,
             "missing": missing, "stages": per_stage}
@@ -75,6 +76,7 @@ def mlflow_runs(experiment: str | None, uri: str | None) -> tuple[list[dict[str,
         end = cell(row, "end_time")
         runs.append({"stage": cell(row, "tags.dvc.stage"), "status": row["status"],
                      "start": row["start_time"].to_pydatetime(), "end": end.to_pydatetime() if end else None,
+                     "paused_s": float(cell(row, "tags.lopd.paused_s") or 0),
                      "experiment": cell(row, "tags.dvc.experiment"), "commit": cell(row, "tags.git.commit")})
     return runs, experiment, uri
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import time
-import urllib.error
 from pathlib import Path
 
 import pytest
@@ -100,22 +99,17 @@ def test_chat_solution_is_what_evalplus_keeps_of_a_chat_models_output():
 
 
 @pytest.mark.parametrize("benchmark", eb.BENCHMARKS)
-def test_missing_data_gives_one_line_offline_error(benchmark, tmp_path, monkeypatch):
+def test_missing_data_gives_one_line_error_and_never_downloads(benchmark, tmp_path, monkeypatch):
     import evalplus.data.utils as du
 
-    def offline(url, out=None, bar=None):
-        raise urllib.error.URLError("Name or service not known")
-
-    monkeypatch.setattr(du, "CACHE_DIR", str(tmp_path / "evalplus-cache"))  # no cached copy
-    monkeypatch.setattr("evalplus.data.humaneval.HUMANEVAL_OVERRIDE_PATH", None)
-    monkeypatch.setattr("evalplus.data.mbpp.MBPP_OVERRIDE_PATH", None)
-    monkeypatch.setattr(du.wget, "download", offline)
+    downloads = []
+    monkeypatch.setattr(du.wget, "download", lambda url, out=None, bar=None: downloads.append(url))
     missing = tmp_path / "nowhere"
     with pytest.raises(eb.EvalPlusDataUnavailable) as err:
         eb.load_problems(benchmark, missing)
     message = str(err.value)
-    assert "\n" not in message
-    assert "not available offline" in message and str(missing) in message
+    assert "\n" not in message and str(missing) in message and "data.shared_dir" in message
+    assert downloads == []
 
 
 def test_pass_at_1_is_mean_of_per_task_fractions():

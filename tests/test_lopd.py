@@ -1,5 +1,7 @@
 """Cold start and LOPD training on the tiny model through the shared loop."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -246,13 +248,17 @@ def test_cold_start_resumed_after_a_kill_equals_an_uninterrupted_run(tiny_model_
                                                                      monkeypatch):
     cfg = _cfg(cold_start={"steps": 4, "batch_size": 3, "lr": 1e-3})  # 3 of 4 entries: the queue spans steps
     whole = cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path / "whole", FRAMINGS["code"])
+    begun, logged = [], []  # what the stage's MLflow run is told: which checkpoint, resumed after which step
+    tracker = SimpleNamespace(begin=lambda checkpoint, step: begun.append((checkpoint, step)),
+                              log_metrics=lambda metrics, step: logged.append(step))
     with monkeypatch.context() as m:
         _kill_after_saves(m, 2)
         with pytest.raises(_Killed):
-            cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path / "killed", FRAMINGS["code"])
+            cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path / "killed", FRAMINGS["code"], tracker)
     assert (tmp_path / "killed" / PROGRESS_FILE).exists() and not (tmp_path / "killed" / COMPOSER_FILE).exists()
-    resumed = cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path / "killed", FRAMINGS["code"])
+    resumed = cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path / "killed", FRAMINGS["code"], tracker)
     assert resumed["history"] == whole["history"]
+    assert [step for _, step in begun] == [0, 2] and begun[0][0] == begun[1][0] and logged == [1, 2, 3, 4]
     assert {k: v for k, v in resumed["summary"].items() if k != "wall_s"} == \
         {k: v for k, v in whole["summary"].items() if k != "wall_s"}
     for name in (COMPOSER_FILE, ANCHORS_FILE):

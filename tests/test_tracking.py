@@ -485,3 +485,163 @@ def test_a_server_that_accepts_but_never_answers_is_given_up_by_the_probe(monkey
     assert not tracker.enabled
     err = capsys.readouterr().err
     assert err.count("MLflow logging disabled") == 1 and len(err.strip().splitlines()) == 1, err
+
+
+# --- a SIGKILLed stage, and a resumed one ---
+
+# A stage of invocation `exp-dead` (a `dvc` process 4300 above it) logs steps 1-3 of a run with checkpoint "fp", says
+# its run id, then dies of SIGKILL (`kill`) or waits until its stdin closes (`live`).
+_KILLED_STAGE = """
+import os, signal, sys
+from lopd.core import tracking
+from lopd.core.config import resolve
+
+prefix, stage, end = sys.argv[1:]
+os.environ |= {"DVC_STAGE": stage, "DVC_EXP_NAME": "exp-dead"}
+tracking.process_ancestors = lambda: [(4300, 1000.0, ["/usr/bin/dvc", "repro"])]
+tracker = tracking.Tracker(resolve({"profile": "smoke", "tracking": {"experiment_prefix": prefix}}), stage,
+                           resumable=True)
+tracker.begin("fp", 0)
+for step in (1, 2, 3):
+    tracker.log_metrics({"loss": step / 10}, step=step)
+print(tracker.run_id, flush=True)
+if end == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+sys.stdin.read()
+"""
+
+
+def start_stage(store, stage: str, end: str) -> tuple[subprocess.Popen, str]:
+    """`_KILLED_STAGE` in a process of its own on the test's store; the process and its run id."""
+    env = {k: v for k, v in os.environ.items() if k not in _DVC_VARS} | {"LOPD_MLFLOW_URI": store.uri}
+    prefix = store.experiment.removesuffix("-smoke")
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_STAGE, prefix, stage, end], env=env, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    run_id = proc.stdout.readline().strip()
+    assert run_id, proc.stderr.read()
+    return proc, run_id
+
+
+def test_a_sigkilled_stage_is_marked_killed_at_the_stages_next_start_and_a_live_one_is_not(store, monkeypatch):
+    killed, killed_id = start_stage(store, "train@grpo", "kill")
+    assert killed.wait(timeout=60) == -signal.SIGKILL
+    live, live_id = start_stage(store, "train@sdpo", "live")
+    try:
+        dead = store.client.get_run(killed_id)
+        assert dead.info.status == "RUNNING"  # what a SIGKILL leaves
+        last_logged = max(m.timestamp for m in store.client.get_metric_history(killed_id, "loss"))
+
+        in_dvc(monkeypatch, "train@sdpo", "exp-next")  # another stage's start leaves it alone
+        with Tracker(store.cfg, "train@sdpo"):
+            assert store.client.get_run(killed_id).info.status == "RUNNING"
+        assert store.client.get_run(live_id).info.status == "RUNNING"  # its process is alive
+
+        in_dvc(monkeypatch, "train@grpo", "exp-next")
+        with Tracker(store.cfg, "train@grpo"):
+            dead = store.client.get_run(killed_id)
+            assert dead.info.status == "KILLED" and dead.info.end_time == last_logged
+            assert store.client.get_run(dead.data.tags[tracking.PARENT_TAG]).info.status == "FAILED"
+        assert store.client.get_run(live_id).info.status == "RUNNING"
+    finally:
+        live.communicate(timeout=60)
+    assert live.returncode == 0
+
+
+def history(store, run_id: str, key: str = "loss") -> list[tuple[int, float]]:
+    return sorted((m.step, m.value) for m in store.client.get_metric_history(run_id, key))
+
+
+def test_a_resumed_stage_continues_its_interrupted_run_with_each_step_once(store, monkeypatch):
+    killed, killed_id = start_stage(store, "train@grpo", "kill")  # checkpointed after step 2, killed in step 3
+    killed.wait(timeout=60)
+    old_parent = store.client.get_run(killed_id).data.tags[tracking.PARENT_TAG]
+
+    in_dvc(monkeypatch, "train@grpo", "exp-resume")
+    with Tracker(store.cfg, "train@grpo", resumable=True) as tracker:
+        tracker.begin("fp", 2)
+        for step in (3, 4):  # step 3 comes out as before
+            tracker.log_metrics({"loss": step / 10}, step=step)
+        tracker.log_metrics({"reward_final": 0.5})
+    assert tracker.run_id == killed_id
+    run = store.client.get_run(killed_id)
+    assert history(store, killed_id) == [(1, 0.1), (2, 0.2), (3, 0.3), (4, 0.4)]
+    assert run.info.status == "FINISHED" and run.data.metrics["reward_final"] == 0.5
+    assert run.data.tags[tracking.RESUMED_TAG] == "2" and float(run.data.tags[tracking.PAUSED_TAG]) >= 0
+    parents, children = runs_of(store)
+    assert run.data.tags[tracking.PARENT_TAG] == parents["exp-resume"].info.run_id != old_parent
+    assert run.info.run_name == "train@grpo · exp-resume"
+    assert [c.info.run_id for c in children[parents["exp-resume"].info.run_id]] == [killed_id]
+    assert parents["exp-resume"].info.status == "FINISHED" and parents["exp-dead"].info.status == "FAILED"
+
+
+@pytest.mark.parametrize("begin, change", [
+    (("fp", 0), {}),  # no checkpoint to resume: a fresh start
+    (("other", 2), {}),  # another checkpoint (code or inputs changed)
+    (("fp", 2), {"train": {"steps": 7}}),  # other params (a budget the checkpoint does not pin)
+])
+def test_a_stage_that_does_not_resume_that_run_gets_a_fresh_one(begin, change, store, monkeypatch):
+    killed, killed_id = start_stage(store, "train@grpo", "kill")
+    killed.wait(timeout=60)
+    cfg = resolve({"profile": "smoke", "tracking": {"experiment_prefix": store.experiment.removesuffix("-smoke")},
+                   **change})
+    in_dvc(monkeypatch, "train@grpo", "exp-fresh")
+    started = time.time()
+    with Tracker(cfg, "train@grpo", resumable=True) as tracker:
+        time.sleep(0.3)
+        tracker.begin(*begin)
+        tracker.log_metrics({"loss": 0.9}, step=1)
+    assert tracker.run_id != killed_id and history(store, tracker.run_id) == [(1, 0.9)]
+    run = store.client.get_run(tracker.run_id)
+    assert run.data.tags[tracking.CHECKPOINT_TAG] == begin[0] and tracking.RESUMED_TAG not in run.data.tags
+    assert run.info.start_time < started * 1000 + 200  # the stage's start, not the moment it called begin
+    assert store.client.get_run(killed_id).info.status == "KILLED"
+
+
+def test_a_resumable_stage_that_ends_before_begin_still_gets_its_run(store):
+    with pytest.raises(SystemExit), Tracker(store.cfg, "train@grpo", resumable=True) as tracker:
+        sys.exit("error: no bank")
+    assert store.client.get_run(tracker.run_id).info.status == "FAILED"
+
+
+class Killed(BaseException):
+    """A crash nothing in the training loop catches."""
+
+
+def test_a_resumed_training_stage_is_one_run_with_each_step_once(store, monkeypatch, tiny_model_dir, tmp_path):
+    """The loop hands the tracker its checkpoint: killed after logging step 3 but before saving it, the stage resumes
+    from step 2 in the same run, and step 3 is not logged again."""
+    from baselines.grpo import GRPO
+    from lopd.core import checkpoint
+    from lopd.core.domain import Domain
+    from lopd.core.loop import train
+    from lopd.core.rollout import Task, single_turn
+
+    tasks = [Task(f"t{i}", [{"role": "user", "content": f"Count to {i}."}]) for i in range(4)]
+    cfg = resolve({"profile": "smoke", "tracking": {"experiment_prefix": store.experiment.removesuffix("-smoke")},
+                   "grpo": {"group_size": 2}, "sampling": {"max_new_tokens": 2},
+                   "train": {"steps": 3, "save_every": 1, "rollouts_per_step": 4, "activation_checkpointing": False}})
+    saves = []
+
+    def crash(point):
+        saves.append(point)
+        if saves.count("save_started") == 3:
+            raise Killed
+
+    def run(exp: str):
+        in_dvc(monkeypatch, "train@grpo", exp)
+        with Tracker(cfg, "train@grpo", resumable=True) as tracker:
+            result = train(cfg, GRPO(cfg, Domain.scratch("unused")), tasks,
+                           single_turn(lambda ts, cs: [float(i % 2) for i in range(len(cs))]), tiny_model_dir,
+                           tmp_path / "grpo", tracker)
+        return tracker.run_id, result
+
+    monkeypatch.setattr(checkpoint, "_crash_point", crash)
+    with pytest.raises(Killed):
+        run("exp-crash")
+    (crashed,) = [r for r in store.client.search_runs([store.client.get_experiment_by_name(store.experiment)
+                                                        .experiment_id], "tags.`dvc.stage` = 'train@grpo'")]
+    assert crashed.info.status == "FAILED" and [s for s, _ in history(store, crashed.info.run_id)] == [1, 2, 3]
+    monkeypatch.setattr(checkpoint, "_crash_point", lambda point: None)
+    run_id, result = run("exp-resumed")
+    assert run_id == crashed.info.run_id and store.client.get_run(run_id).info.status == "FINISHED"
+    assert history(store, run_id) == [(h["step"], h["loss"]) for h in result["history"]]

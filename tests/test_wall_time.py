@@ -10,9 +10,10 @@ def wall_time(load_script):
     return load_script("wall_time")
 
 
-def _run(stage, start_min, minutes, status="FINISHED", experiment=None):
+def _run(stage, start_min, minutes, status="FINISHED", experiment=None, paused_s=0.0):
     start = datetime(2026, 1, 1) + timedelta(minutes=start_min)
     return {"stage": stage, "status": status, "start": start, "experiment": experiment, "commit": "c",
+            "paused_s": paused_s,
             "end": None if minutes is None else start + timedelta(minutes=minutes)}
 
 
@@ -30,3 +31,8 @@ def test_the_newest_finished_workspace_run_of_each_stage_counts(wall_time):
 def test_complete_when_every_stage_has_a_run(wall_time):
     got = wall_time.stage_wall_times([_run("a", 0, 1), _run("b", 5, 2)], ["a", "b"])
     assert got["complete"] and got["missing"] == [] and got["total_s"] == 180.0
+
+
+def test_a_resumed_stage_counts_its_run_less_the_time_it_was_interrupted(wall_time):
+    got = wall_time.stage_wall_times([_run("train", 0, 100, paused_s=1800.0)], ["train"])
+    assert got["stages"]["train"]["seconds"] == 4200.0

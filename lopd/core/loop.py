@@ -222,7 +222,7 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
     if not method.trains:
         checkpoint.write_manifest(out_dir, method.name, 0, weights="base")
         return {"history": [], "validation": []}
-    run = setup(cfg, method, tasks, base_dir, out_dir, stage_modules)
+    run = setup(cfg, method, tasks, base_dir, out_dir, stage_modules, tracker)
     run.log(f"[{method.name}] training on {device()} x {run.world} process(es), rollouts by "
             f"{type(run.backend).__name__}")
     if validation and run.start_step == 0:
@@ -246,9 +246,9 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
 
 
 def setup(cfg: Config, method: Method, tasks: Sequence[Task], base_dir: str | Path, out_dir: Path,
-          stage_modules: Sequence[str]) -> Run:
+          stage_modules: Sequence[str], tracker: Tracker | None) -> Run:
     """Everything a run needs before its first step: the student (from the checkpoint to resume, if one matches),
-    the method, AdamW, the accelerator's wrapping and the rollout engine."""
+    the method, AdamW, the accelerator's wrapping and the rollout engine; the tracker's run (continued on a resume)."""
     accelerator = Accelerator(cpu=device().type == "cpu", mixed_precision=cfg.train.mixed_precision)
     tasks_per_step = cfg.train.rollouts_per_step // method.rollouts_per_task
     check_split(tasks_per_step, accelerator.num_processes)
@@ -260,6 +260,8 @@ def setup(cfg: Config, method: Method, tasks: Sequence[Task], base_dir: str | Pa
     if resumed and (reason := checkpoint.stale_reason(resumed, fingerprint, steps)):
         print(f"{out_dir}: {reason}; starting fresh")
         resumed = None
+    if tracker:
+        tracker.begin(f"{fingerprint['config']}-{fingerprint['code']}", resumed.step if resumed else 0)
     start_dir = resumed.model_dir if resumed else base_dir
     sharded = cfg.train.sharding == "fsdp2" and accelerator.num_processes > 1
     model = load_student(cfg, start_dir, sharded)

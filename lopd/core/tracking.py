@@ -18,7 +18,11 @@ in its environment) is a top-level run with no parent. The parent's status follo
 one runs, then FINISHED, or FAILED once any child failed or was killed; its end time is its last child's.
 
 A run ends FINISHED, FAILED (an exception or a non-zero `sys.exit`) or KILLED (Ctrl-C, or SIGTERM while the Tracker
-is open). The JSON metrics files each stage writes are the source of truth: if MLflow is unavailable or fails
+is open). A SIGKILL ends nothing, so each run names its host and process (`lopd.host`, `lopd.process`): the next start
+of the same stage on that host marks a RUNNING run whose process is gone KILLED, ended at its last logged metric, and
+settles its parent. A training stage (`resumable=True`) opens its run once it knows its checkpoint (`Tracker.begin`):
+resumed from a checkpoint, it continues the interrupted run of that checkpoint, so a stage's curve is one run with
+each step once. The JSON metrics files each stage writes are the source of truth: if MLflow is unavailable or fails
 mid-run, the tracker warns once and the stage carries on.
 
 Safe under concurrency: stages share one sqlite store, so every MLflow call on it (schema creation on first
@@ -42,6 +46,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -67,6 +72,13 @@ STAGE_TAG = "dvc.stage"
 CACHED_STAGES_TAG = "lopd.cached_stages"
 """On a parent run: the stages whose summaries the report stage copied from their metrics files (DVC did not re-run
 them in this invocation)."""
+HOST_TAG, PROCESS_TAG = "lopd.host", "lopd.process"
+"""On a stage's run: the host and `pid:create_time` of the process logging it, what a later start checks it by."""
+CHECKPOINT_TAG = "lopd.checkpoint"
+"""On a training stage's run: the fingerprint of the checkpoint it writes, which a resumed stage continues it by."""
+RESUMED_TAG, PAUSED_TAG = "lopd.resumed_from_step", "lopd.paused_s"
+"""On a continued run: the step its latest resume started from, and the seconds it spent interrupted (its duration less
+this is the stage's wall time)."""
 CODE_PATHS = (*PACKAGES, "scripts", "conf", "dvc.yaml", "requirements.txt", "Makefile")
 """What `git.dirty` looks at: the code and its definition. Not params.yaml and dvc.lock (DVC rewrites them and records
 them itself) nor the git-tracked stage outputs (metrics/, plots/, reports/), which every re-run rewrites: otherwise
@@ -196,6 +208,65 @@ def process_ancestors() -> list[Ancestor]:
     return ancestors
 
 
+def process_identity() -> str:
+    """`pid:create_time` of this process, which names it on its host (pids are reused)."""
+    import psutil
+
+    process = psutil.Process()
+    return f"{process.pid}:{process.create_time():.2f}"
+
+
+def is_gone(identity: str) -> bool:
+    """Whether the process `identity` (`process_identity` on this host) has ended; False when it cannot tell."""
+    import psutil
+
+    pid, _, started = identity.partition(":")
+    if not (pid.isdigit() and started):
+        return False
+    try:
+        return f"{psutil.Process(int(pid)).create_time():.2f}" != started  # a reused pid has another create time
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False
+
+
+def last_activity_ms(client, run) -> int:
+    """When `run` last logged a metric (system metrics included: one every 10 s in a training stage), else its start."""
+    times = [m.timestamp for key in run.data.metrics for m in client.get_metric_history(run.info.run_id, key)]
+    return max(times, default=run.info.start_time)
+
+
+def settle_dead_runs(client, experiment_id: str, stage: str, host: str) -> None:
+    """End KILLED every RUNNING run of `stage` on `host` whose process has ended (a SIGKILL, a lost machine), at its
+    last logged metric, and settle its parent; runs of another host are left alone: their process cannot be seen."""
+    found = client.search_runs([experiment_id], filter_string=(
+        f"attributes.status = '{RUNNING}' and tags.`{STAGE_TAG}` = '{stage}' and tags.`{HOST_TAG}` = '{host}'"))
+    for run in found:
+        if is_gone(run.data.tags.get(PROCESS_TAG, "")):
+            client.set_terminated(run.info.run_id, KILLED, end_time=last_activity_ms(client, run))
+            if parent := run.data.tags.get(PARENT_TAG):
+                settle_parent(client, experiment_id, parent)
+
+
+def interrupted_run(client, experiment_id: str, stage: str, checkpoint: str, params: Mapping[str, str]):
+    """The run a stage resuming checkpoint `checkpoint` continues: the newest run of `stage` with that checkpoint if
+    it ended KILLED or FAILED and ran with the same `params`; else None (a fresh run is opened)."""
+    found = client.search_runs([experiment_id], filter_string=(
+        f"tags.`{STAGE_TAG}` = '{stage}' and tags.`{CHECKPOINT_TAG}` = '{checkpoint}' "
+        f"and attributes.status != '{RUNNING}'"), order_by=["attributes.start_time DESC"], max_results=1)
+    if found and found[0].info.status in (KILLED, FAILED) and found[0].data.params == dict(params):
+        return found[0]
+    return None
+
+
+def logged_points(client, run_id: str) -> set[tuple[str, int]]:
+    """The (metric, step) pairs run `run_id` holds, system metrics aside (they keep their own step count)."""
+    run = client.get_run(run_id)
+    return {(key, m.step) for key in run.data.metrics if not key.startswith("system/")
+            for m in client.get_metric_history(run_id, key)}
+
+
 def find_or_create_parent(client, experiment_id: str, key: str, describe) -> tuple[str, str]:
     """The run id and name of invocation `key`'s parent run, created by its first stage with the name, tags and
     params `describe()` returns. Callers hold the store lock, so two stages cannot both create it; should a store
@@ -278,12 +349,23 @@ def run_status(exc: BaseException | None) -> str:
     return FAILED
 
 
+@dataclass
+class PendingRun:
+    """What a stage's run is opened with (see `Tracker.begin`)."""
+    name: str
+    tags: dict[str, str]
+    params: dict[str, str]
+    system_metrics: bool
+    start_ms: int
+
+
 class Tracker:
     """One MLflow run per stage, the child of its invocation's parent run (see the module docstring); every call is a
     no-op after the first MLflow failure. `system_metrics=True` (training stages) also samples CPU, memory, disk,
-    network and GPU use into the run (`system/...` metrics) every 10 s."""
+    network and GPU use into the run (`system/...` metrics) every 10 s. `resumable=True`: the stage calls `begin` once
+    it knows its checkpoint; its run's start time is still the stage's."""
 
-    def __init__(self, cfg: Config, stage: str, *, system_metrics: bool = False):
+    def __init__(self, cfg: Config, stage: str, *, system_metrics: bool = False, resumable: bool = False):
         self.enabled = True
         self.stage = stage
         self.run_id: str | None = None
@@ -291,14 +373,17 @@ class Tracker:
         self._mlflow = None
         self._client = None
         self._experiment_id: str | None = None
+        self._pending: PendingRun | None = None
         self._open = False
+        self._logged: set[tuple[str, int]] = set()  # a continued run's (metric, step) pairs: not logged again
         self._lock = contextlib.nullcontext()
         self._previous_sigterm = None
-        self._guard(self._start, cfg, stage, system_metrics)
-        if self._open:
+        self._guard(self._start, cfg, stage, system_metrics, resumable)
+        if self._open or self._pending:
             self._install_sigterm()
 
-    def _start(self, cfg: Config, stage: str, system_metrics: bool) -> None:
+    def _start(self, cfg: Config, stage: str, system_metrics: bool, resumable: bool) -> None:
+        start_ms = int(time.time() * 1000)
         uri = mlflow_uri(cfg)
         if uri == OFF or int(os.environ.get("RANK", "0")):  # one run per stage: a multi-process launch logs from rank 0
             self.enabled = False
@@ -312,12 +397,13 @@ class Tracker:
         sqlite = uri.startswith("sqlite:///")
         artifacts = (Path(uri.removeprefix("sqlite:///")).parent / "artifacts").as_uri() if sqlite else None
         name = f"{cfg.tracking.experiment_prefix}-{cfg.profile}"
-        env = os.environ
-        key = invocation_key(env, process_ancestors(), socket.gethostname())
+        env, host = os.environ, _KEY_CHARS.sub("_", socket.gethostname())
+        key = invocation_key(env, process_ancestors(), host)
         source = _source_tags(cfg, env)  # git runs outside the lock: it can take a moment on a big tree
-        self.stage = env.get("DVC_STAGE") or stage
+        self.stage = _KEY_CHARS.sub("_", env.get("DVC_STAGE") or stage)
         # the processes that ran the stage (`launch.processes` may say auto); process 0 alone logs
-        tags = {STAGE_TAG: self.stage, "lopd.processes": env.get("WORLD_SIZE", "1"), **source}
+        tags = {STAGE_TAG: self.stage, "lopd.processes": env.get("WORLD_SIZE", "1"), HOST_TAG: host,
+                PROCESS_TAG: process_identity(), **source}
         params = {k: str(v)[:500] for k, v in flatten(cfg.to_dict()).items()}
         if system_metrics:
             _configure_system_metrics(mlflow)
@@ -326,6 +412,7 @@ class Tracker:
             client = mlflow.MlflowClient()
             experiment_id = get_or_create_experiment(mlflow, name, artifacts)
             mlflow.set_experiment(experiment_id=experiment_id)
+            settle_dead_runs(client, experiment_id, self.stage, host)
             run_name = self.stage
             if key:
                 self.parent_run_id, parent_name = find_or_create_parent(
@@ -333,11 +420,44 @@ class Tracker:
                 client.update_run(self.parent_run_id, status=RUNNING)
                 if parent_name != REPRO_RUN_NAME:  # a compare view of two experiments' stages tells them apart
                     run_name = f"{self.stage} · {parent_name}"
-            run = mlflow.start_run(run_name=run_name, tags=tags, parent_run_id=self.parent_run_id,
-                                   log_system_metrics=True if system_metrics else None)  # None: MLflow's env default
-            mlflow.log_params(params)
-        self._mlflow, self._client, self._experiment_id = mlflow, client, experiment_id
-        self.run_id, self._open = run.info.run_id, True
+            self._mlflow, self._client, self._experiment_id = mlflow, client, experiment_id
+            self._pending = PendingRun(run_name, tags, params, system_metrics, start_ms)
+            if not resumable:
+                self._open_run()
+
+    def begin(self, checkpoint: str, resumed_step: int = 0) -> None:
+        """Open a resumable stage's run, tagged with the fingerprint `checkpoint` of the checkpoint the stage writes.
+        A stage resuming after step `resumed_step` > 0 continues the run it interrupted (`interrupted_run`) under this
+        invocation's parent, and logs no (metric, step) that run already holds: the steps between the checkpoint and
+        the interruption come out the same again (a resumed run equals an uninterrupted one)."""
+        self._guard(self._locked, lambda: self._open_run(checkpoint, resumed_step))
+
+    def _open_run(self, checkpoint: str | None = None, resumed_step: int = 0) -> None:
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        from mlflow.tracking.context.registry import resolve_tags  # the user and source tags start_run adds
+
+        client, tags = self._client, dict(pending.tags)
+        if checkpoint:
+            tags[CHECKPOINT_TAG] = checkpoint
+        previous = resumed_step > 0 and checkpoint and interrupted_run(
+            client, self._experiment_id, self.stage, checkpoint, pending.params)
+        if previous:
+            run_id = previous.info.run_id
+            paused_s = float(previous.data.tags.get(PAUSED_TAG, 0)) + (pending.start_ms - previous.info.end_time) / 1000
+            tags |= {RESUMED_TAG: str(resumed_step), PAUSED_TAG: f"{paused_s:.1f}",
+                     **({PARENT_TAG: self.parent_run_id} if self.parent_run_id else {})}
+            self._logged = logged_points(client, run_id)
+        else:
+            tags |= {PARENT_TAG: self.parent_run_id} if self.parent_run_id else {}
+            run_id = client.create_run(self._experiment_id, start_time=pending.start_ms, run_name=pending.name,
+                                       tags=resolve_tags(tags)).info.run_id
+        self._mlflow.start_run(run_id=run_id, run_name=pending.name, tags=tags if previous else None,
+                               log_system_metrics=True if pending.system_metrics else None)  # None: MLflow's default
+        if not previous:
+            self._mlflow.log_params(pending.params)
+        self.run_id, self._open = run_id, True
 
     def _guard(self, fn, *args, **kwargs) -> None:
         if not self.enabled:
@@ -354,9 +474,15 @@ class Tracker:
         with self._lock:
             fn()
 
+    def _in_run(self, fn) -> None:
+        """`_locked`, in the stage's run: a resumable stage that logs or ends before `begin` gets a fresh one."""
+        with self._lock:
+            self._open_run()
+            fn()
+
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        numeric = _numeric(metrics)
-        self._guard(self._locked, lambda: self._mlflow.log_metrics(numeric, step=step))
+        numeric = {k: v for k, v in _numeric(metrics).items() if (k, step or 0) not in self._logged}
+        self._guard(self._in_run, lambda: numeric and self._mlflow.log_metrics(numeric, step=step))
 
     def log_to_parent(self, summary: dict[str, float]) -> None:
         """Log the stage's summary (its metrics file's numbers) to its invocation's parent run, each under the
@@ -381,16 +507,16 @@ class Tracker:
         self._client.set_tag(self.parent_run_id, CACHED_STAGES_TAG, ", ".join(cached) or "none")
 
     def log_artifact(self, path: str | Path) -> None:
-        self._guard(self._locked, lambda: self._mlflow.log_artifact(str(path)))
+        self._guard(self._in_run, lambda: self._mlflow.log_artifact(str(path)))
 
     def log_figure(self, fig, artifact_file: str) -> None:
         """Save a matplotlib figure into the run's artifacts as `artifact_file` (e.g. `curves/loss.png`)."""
-        self._guard(self._locked, lambda: self._mlflow.log_figure(fig, artifact_file))
+        self._guard(self._in_run, lambda: self._mlflow.log_figure(fig, artifact_file))
 
     def close(self, status: str = FINISHED) -> None:
         """End the run with `status` and update its parent; a second call does nothing."""
         self._restore_sigterm()  # first: a SIGTERM while ending the run falls back to the previous handler
-        self._guard(self._locked, lambda: self._end(status))
+        self._guard(self._in_run, lambda: self._end(status))
 
     def _end(self, status: str) -> None:
         if not self._open:

@@ -112,6 +112,8 @@ def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: S
     fingerprint = _fingerprint(cfg, base_dir, bank_dir)
     steps = cfg.cold_start.steps if examples else 0
     resumed = _load_progress(out_dir / PROGRESS_FILE, fingerprint, steps)
+    if tracker:
+        tracker.begin(fingerprint, len(resumed["history"]) if resumed else 0)
     start = time.perf_counter() - (resumed["elapsed_s"] if resumed else 0.0)
     order = random.Random(cfg.seed)
     if resumed:
