@@ -5,3 +5,9 @@
 - `lopd.latent`: LOPD's own parts (experience bank, retriever, latent composer, cold start, the LOPD method).
 - The baselines and what only they use live in the top-level `baselines` package.
 """
+
+import os
+
+# Nothing downloads from a model hub at run time: a Hugging Face id (model.name, bank.embedder) loads from the local
+# Hugging Face cache only, and fails at once if it is not there (not after a minute of retries).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -21,6 +21,7 @@ from lopd.core.checkpoint import MANIFEST, policy_dir
 from lopd.core.config import REPO_ROOT, Config, ConfigError, build_config, load_config
 from lopd.core.domain import Domain
 from lopd.core.experiments import flatten
+from lopd.core.jsonl import UnreadableFile, read_json
 from lopd.core.models import UnreadableWeights, check_model_dir
 from lopd.core.progress import quiet_libraries
 from lopd.core.tracking import Tracker
@@ -136,6 +137,7 @@ def trained_policy(domain: str, method: str) -> Path:
 
 DOMAIN_ARG = {"default": "code", "choices": list(DOMAINS),
               "help": "training domain: code (TACO) or agentic (EnvScaler)"}
+METHOD_ARG = {"required": True, "choices": list(registry.METHODS), "help": "method name, e.g. grpo"}
 
 
 def for_domain(cfg: Config, domain: str) -> Config:
@@ -171,12 +173,12 @@ def build_method(name: str, cfg: Config, domain: str = "code") -> Method:
 
 
 def run_stage(main: Callable[[], None]) -> None:
-    """Run a stage's (or a benchmark script's) `main`: a missing upstream output, a weights file it cannot read or a
-    setting the machine cannot run ends it with one line naming the file or key and what to do, not a traceback
-    (nothing has been written by then)."""
+    """Run a stage's (or a benchmark script's) `main`: a missing upstream output, a weights or JSON file it cannot
+    read or a setting the machine cannot run ends it with one line naming the file or key and what to do, not a
+    traceback (nothing has been written by then)."""
     try:
         main()
-    except (ConfigError, FileNotFoundError, UnreadableWeights) as err:
+    except (ConfigError, FileNotFoundError, UnreadableWeights, UnreadableFile) as err:
         sys.exit(f"error: {err}")
 
 
@@ -221,7 +223,7 @@ def write_metrics(path: Path, stage: str, metrics: dict[str, Any]) -> dict[str, 
 def recorded_summaries() -> dict[str, dict[str, float]]:
     """Every stage's recorded summary: stage -> the numbers of its metrics file (metrics/**/*.json), flattened."""
     return {stage: flatten(numbers) for path in sorted(METRICS_DIR.rglob("*.json"))
-            for stage, numbers in json.loads(path.read_text()).items()}
+            for stage, numbers in read_json(path).items()}
 
 
 def record_metrics(tracker: Tracker, path: Path, stage: str, metrics: dict[str, Any]) -> None:

@@ -31,6 +31,7 @@ from lopd.core.tracking import Tracker
 from pipelines.common import (
     BASE_MODEL_DIR,
     DOMAINS,
+    METHOD_ARG,
     parse_args,
     record_metrics,
     run_stage,
@@ -98,7 +99,7 @@ summary)."""
 
 
 def main() -> None:
-    args, cfg = parse_args(__doc__, method={"required": True})
+    args, cfg = parse_args(__doc__, method=METHOD_ARG)
     check_backend(cfg, BASE_MODEL_DIR)  # before any work: the rollout engine can run this model
     run(cfg, args.method, lambda: trained_policy("code", args.method))
 

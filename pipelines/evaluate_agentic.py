@@ -30,6 +30,7 @@ from lopd.core.trajectory import BEHAVIOUR_KEYS, Trajectory
 from pipelines.common import (
     BASE_MODEL_DIR,
     DOMAINS,
+    METHOD_ARG,
     parse_args,
     run_stage,
     stage_name,
@@ -114,7 +115,7 @@ Wrap = Callable[[RolloutBackend, object], tuple[RolloutBackend, dict[str, Any], 
 
 
 def main() -> None:
-    args, cfg = parse_args(__doc__, method={"required": True})
+    args, cfg = parse_args(__doc__, method=METHOD_ARG)
     check_backend(cfg, BASE_MODEL_DIR)  # before any work: the rollout engine can run this model
     run(cfg, args.method, lambda: trained_policy("agentic", args.method))
 

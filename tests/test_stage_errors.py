@@ -1,0 +1,96 @@
+"""Every stage's CLI on a bad input ends in one `error:` line, never a traceback, and writes nothing.
+
+The stages run in a copy of the code in a temporary folder (REPO_ROOT is where the code is, so every output they
+could write lands there, never in this repository). Nothing upstream is there: no models/base, bank, pool,
+checkpoints or results; the data is the real shared data. Each stage's commands come from dvc.yaml (a foreach stage
+with a method of each matrix), so a new stage is swept too; then two typos. One process runs them all, as
+`python -m` would (runpy), to pay for the imports once.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import yaml
+
+from lopd.core.config import REPO_ROOT, resolve_path
+
+CODE = ("lopd", "baselines", "evaluation", "pipelines", "conf", "dvc.yaml")
+
+_RUN_ALL = """
+import json, runpy, sys, traceback
+
+for argv in json.loads(sys.argv[1]):
+    print("=== " + " ".join(argv), flush=True)
+    sys.argv = list(argv)
+    try:
+        runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as stop:  # printed as the interpreter prints it when it ends a process
+        code = stop.code
+        if isinstance(code, str):
+            print(code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+        code = "traceback"
+    sys.stderr.flush()
+    print(f"=== exit {code!r}", flush=True)
+"""
+
+
+def stage_commands(params: dict) -> list[list[str]]:
+    """Each distinct stage command of dvc.yaml as [module, *args], a matrix stage's with the last value of each of
+    its lists (`${methods}`: params' `methods`; the first, vanilla, trains nothing); `pipelines.launch <stage>` runs
+    as the stage it launches (the launcher replaces its process with it)."""
+    commands = []
+    for stage in yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text())["stages"].values():
+        cmd = stage["cmd"]
+        for key, values in stage.get("matrix", {}).items():
+            cmd = cmd.replace(f"${{item.{key}}}", str(params[values.strip("${}")][-1]))
+        argv = cmd.split()[2:]  # past `python -m`
+        if argv[0] == "pipelines.launch":
+            argv = [f"pipelines.{argv[1]}", *argv[2:]]
+        if argv not in commands:
+            commands.append(argv)
+    return commands
+
+
+def files_in(folder):
+    return {p.relative_to(folder) for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+
+
+def test_each_stage_on_a_bad_input_prints_one_error_line_not_a_traceback(tmp_path):
+    repo = tmp_path / "repo"
+    for name in CODE:
+        copy = shutil.copytree if (REPO_ROOT / name).is_dir() else shutil.copy
+        copy(REPO_ROOT / name, repo / name)
+    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    params["data"]["shared_dir"] = str(resolve_path(params["data"]["shared_dir"]))  # the real data
+    (repo / "params.yaml").write_text(yaml.safe_dump(params))
+    (repo / "unknown_model.yaml").write_text(yaml.safe_dump({**params, "model": {"name": "no-such-org/no-model"}}))
+    (repo / "metrics").mkdir()
+    (repo / "metrics" / "model.json").write_text('{"prepare_model": {"wall_s"')  # a truncated write: for report
+    before = files_in(repo)
+
+    commands = stage_commands(params)
+    assert {c[0] for c in commands} >= {"pipelines.prepare_model", "pipelines.train", "pipelines.report"}
+    commands = [c + ["--params", "unknown_model.yaml"] if c[0] == "pipelines.prepare_model" else c
+                for c in commands] + [["pipelines.evaluate", "--method", "grp0"],  # typos
+                                      ["pipelines.launch", "trian", "--method", "grpo"]]
+    # no HF_HUB_OFFLINE from this process (importing lopd sets it) and an empty Hugging Face cache
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DVC_", "HF_"))} | {
+        "LOPD_MLFLOW_URI": "off", "PYTHONPATH": str(repo), "HF_HOME": str(tmp_path / "hf")}
+    out = subprocess.run([sys.executable, "-c", _RUN_ALL, json.dumps(commands)], cwd=repo, env=env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600).stdout
+
+    runs = out.split("=== ")[1:]
+    ran = [run.split("\n", 1)[0] for run in runs if not run.startswith("exit ")]
+    assert ran == [" ".join(c) for c in commands], out
+    for command, lines, ended in zip(ran, runs[0::2], runs[1::2]):
+        printed = [line for line in lines.splitlines()[1:] if line.strip()]
+        assert "Traceback" not in lines and ended.split()[1] not in ("0", "None"), f"{command}:\n{lines}"
+        assert printed and "error: " in printed[-1], f"{command}:\n{lines}"
+    assert files_in(repo) == before  # nothing written
+    assert "huggingface.co" not in out and "the suite downloads nothing at run time" in runs[0]  # no hub contacted
