@@ -11,9 +11,12 @@ shows as the step after it).
 Each variant runs in a fresh process:
 - `shipped`: the loop as it is;
 - `unreleased`: without its two CPU memory measures (glibc's freed memory handed back after every backward, optimizer
-  step and weight sync; AdamW one tensor at a time instead of torch's multi-tensor path), to show what they save.
+  step and weight sync; AdamW one tensor at a time instead of torch's multi-tensor path), to show what they save;
+- `lora`: the loop as it is with a LoRA student (`train.lora_rank` = `--lora-rank`, default 16): no gradients or
+  AdamW state for the base weights, and the EMA or frozen teacher shares the student's base instead of a copy.
 Needs models/base, and for LOPD bank/ and checkpoints/composer (`dvc repro cold_start`).
-Run: python scripts/bench_loop_memory.py [--method lopd] [--rollouts 4] [--variants shipped unreleased]
+Run: python scripts/bench_loop_memory.py [--method lopd] [--rollouts 4] [--variants shipped unreleased] [--out PATH]
+e.g. the LoRA comparison: --method sdpo --variants shipped lora --out reports/perf/loop_memory_lora.json
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from pathlib import Path
 from lopd.core.config import REPO_ROOT
 
 OUT = REPO_ROOT / "reports" / "perf" / "loop_memory.json"
-VARIANTS = ("shipped", "unreleased")
+VARIANTS = ("shipped", "unreleased", "lora")
 
 
 def rss_gib() -> float:
@@ -81,7 +84,7 @@ class PhaseRecorder:
         setattr(owner, attr, wrapped)
 
 
-def run_variant(variant: str, method_name: str, params: Path, steps: int, rollouts: int) -> dict:
+def run_variant(variant: str, method_name: str, params: Path, steps: int, rollouts: int, lora_rank: int) -> dict:
     """In this process: the loop's first `steps` steps, phase by phase."""
     import torch
     import yaml
@@ -93,7 +96,8 @@ def run_variant(variant: str, method_name: str, params: Path, steps: int, rollou
     from pipelines.common import BASE_MODEL_DIR, build_method, training_domain
 
     raw = yaml.safe_load(params.read_text())
-    raw["train"].update(rollouts_per_step=rollouts, steps=steps, save_every=steps)
+    raw["train"].update(rollouts_per_step=rollouts, steps=steps, save_every=steps,
+                        lora_rank=lora_rank if variant == "lora" else raw["train"]["lora_rank"])
     if isinstance(raw.get(method_name), dict) and "steps" in raw[method_name]:
         raw[method_name]["steps"] = steps
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as short:
@@ -134,7 +138,8 @@ def run_variant(variant: str, method_name: str, params: Path, steps: int, rollou
         loop.train(cfg, method, tasks, collect, BASE_MODEL_DIR, Path(scratch) / "run", None, validation=())
     peaks = [p for p in recorder.phases if not p["phase"].startswith(" ")]
     return {"device": str(device_module.device()), "torch_threads": torch.get_num_threads(),
-            "peak_gib": max(p["peak_gib"] for p in recorder.phases),
+            "peak_gib": max(p["peak_gib"] for p in recorder.phases), "lora_rank": cfg.train.lora_rank,
+            "update_peak_gib": max(p["peak_gib"] for p in peaks if p["phase"] == "update"),
             "resident_after_each_update_gib": [p["after_gib"] for p in peaks if p["phase"] == "update"],
             "phases": recorder.phases}
 
@@ -145,17 +150,20 @@ def main() -> None:
     parser.add_argument("--params", default=str(REPO_ROOT / "params.yaml"))
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--rollouts", type=int, default=4, help="rollouts per step")
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--variants", nargs="+", default=["shipped", "unreleased"], choices=VARIANTS)
+    parser.add_argument("--lora-rank", type=int, default=16, help="the lora variant's train.lora_rank")
+    parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print("RESULT " + json.dumps(run_variant(args.child, args.method, Path(args.params), args.steps,
-                                                 args.rollouts)))
+                                                 args.rollouts, args.lora_rank)))
         return
     results = {}
     for variant in args.variants:
         proc = subprocess.run([sys.executable, __file__, "--child", variant, "--method", args.method,
-                               "--params", args.params, "--steps", str(args.steps), "--rollouts", str(args.rollouts)],
+                               "--params", args.params, "--steps", str(args.steps), "--rollouts", str(args.rollouts),
+                               "--lora-rank", str(args.lora_rank)],
                               capture_output=True, text=True)
         found = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
         if proc.returncode == 0 and found:
@@ -164,10 +172,10 @@ def main() -> None:
             tail = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
             results[variant] = {"error": f"failed (exit {proc.returncode}): {tail}"}
         print(variant, {k: v for k, v in results[variant].items() if k != "phases"}, flush=True)
-        OUT.parent.mkdir(parents=True, exist_ok=True)  # after every variant: a long run keeps what it measured
-        OUT.write_text(json.dumps({"method": args.method, "steps": args.steps, "rollouts_per_step": args.rollouts,
-                                   "params": Path(args.params).name, "variants": results}, indent=2) + "\n")
-    print(f"wrote {OUT}")
+        args.out.parent.mkdir(parents=True, exist_ok=True)  # after every variant: a long run keeps what it measured
+        args.out.write_text(json.dumps({"method": args.method, "steps": args.steps, "rollouts_per_step": args.rollouts,
+                                        "params": Path(args.params).name, "variants": results}, indent=2) + "\n")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -6,13 +6,13 @@ import types
 import pytest
 import torch
 
+from lopd.core.adapters import attribute_set
 from lopd.core.config import ComposerConfig
 from lopd.core.models import load_model
 from lopd.core.trajectory import Trajectory, Turn
 from lopd.latent.composer import (
     FRAMINGS,
     Composer,
-    attribute_set,
     block_mask,
     compose,
     encoder_text,

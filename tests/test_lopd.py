@@ -146,6 +146,22 @@ def test_lopd_trains_student_and_composer_with_the_dual_update(tiny_model_dir, b
     assert source.startswith("phi_0") and all(torch.equal(start[k], v) for k, v in phi0.trainable_state().items())
 
 
+def test_a_lora_student_takes_the_full_students_first_step(tiny_model_dir, bank_dir, composer_dir, tmp_path):
+    """`train.lora_rank`: B = 0, so step 1's rollouts, losses, margin and beta are the full fine-tune's; only the
+    gradient norm differs (other parameters), and the checkpoint is a plain (merged) model."""
+    def first_step(rank):
+        cfg = _cfg(train={"steps": 1, "save_every": 1, "lora_rank": rank})
+        history = train(cfg, _method(cfg, bank_dir, composer_dir), TASKS, single_turn(_score), tiny_model_dir,
+                        tmp_path / str(rank))["history"]
+        return {k: v for k, v in history[0].items() if not k.startswith("time_") and k != "rollout_tokens_per_s"}
+
+    full, lora = first_step(0), first_step(4)
+    assert lora.pop("grad_norm") != full.pop("grad_norm")
+    assert lora == full and full["distill_loss"] > 0
+    merged = load_file(str(policy_dir(tmp_path / "4", tiny_model_dir) / "model.safetensors"))
+    assert merged.keys() == load_file(str(tiny_model_dir / "model.safetensors")).keys()
+
+
 def test_margin_zero_with_and_without_the_constraint(tiny_model_dir, bank_dir, composer_dir, tmp_path):
     """`margin: 0` alone is the literal constraint Delta >= 0 (beta rises whenever Delta < 0); with
     `lopd.margin_constraint: false` there is no constraint: beta stays 0 whatever Delta is."""

@@ -140,10 +140,11 @@ def step_name(step: int) -> str:
 
 def save(out_dir: str | Path, model, tokenizer, optimizer, step: int, history: list[dict], validation: list[dict],
          fingerprint: dict[str, str], method: Method, state_dict: dict[str, torch.Tensor] | None = None,
-         optimizer_state: dict[str, Any] | None = None) -> Path:
+         optimizer_state: dict[str, Any] | None = None, adapter: dict[str, torch.Tensor] | None = None) -> Path:
     """Save step `step` crash-safely (see the module docstring) and return its folder. `state_dict` and
     `optimizer_state`: the model's full weights and the optimizer's full state (`optimizer.state_dict()`'s layout)
-    when their own are shards (the training loop gathers them), else the model's and the optimizer's.
+    when their own are shards (the training loop gathers them) or merged (a LoRA student), else the model's and the
+    optimizer's. `adapter`: a LoRA student's adapter, which a resume loads onto the base model.
 
     Deliberately no try/finally: a failure at any point must leave exactly what a kill there would.
     """
@@ -159,7 +160,8 @@ def save(out_dir: str | Path, model, tokenizer, optimizer, step: int, history: l
     optimizer_state = optimizer.state_dict() if optimizer_state is None else optimizer_state
     torch.save({"step": step, "optimizer": optimizer_state, "history": history, "validation": validation,
                 "fingerprint": fingerprint,
-                "method": method.state_dict(), "files": files}, tmp / TRAINER_STATE)
+                "method": method.state_dict(), "files": files, **({"adapter": adapter} if adapter else {})},
+               tmp / TRAINER_STATE)
     _crash_point("state_written")
     for path in [*tmp.rglob("*"), tmp]:
         _fsync(path)

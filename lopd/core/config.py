@@ -31,6 +31,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = REPO_ROOT / "conf"
 PROFILES_NAMES = tuple(sorted(p.stem for p in (CONF_DIR / "profile").glob("*.yaml")))
 KNOWN_BENCHMARKS = ("lcb_v5", "lcb_v6", "humaneval_plus", "mbpp_plus")  # Table 2's columns
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""Every attention and MLP projection of a Llama/Qwen decoder layer: where LoRA adapters go (composer, student)."""
 AGENTIC_BENCHMARKS = ("envscaler", "bfcl_base", "bfcl_miss_func", "bfcl_miss_param", "bfcl_long_context",
                       "acebench_multi_step", "acebench_multi_turn")  # Table 1's columns
 
@@ -175,6 +177,14 @@ class TrainConfig:
     Training"): None = off; a number C >= 1 weights each action token's loss term by the detached
     min(pi_train(a) / pi_sampler(a), C), correcting for the rollout engine's log-probs (bf16, other kernels) differing
     from the trainer's. Applied alike to every method's per-token loss (PPO surrogate, SDL term, divergences)."""
+    lora_rank: int = 0
+    """0: the paper's full fine-tune. r >= 1: the student is the frozen base model plus a LoRA adapter of rank r
+    (peft) on `lora_targets`, and only the adapter trains (docs/configuration.md: LoRA students). A departure from
+    the paper, for a model whose full fine-tune does not fit."""
+    lora_alpha: float = 32.0
+    """The adapter's scale is lora_alpha / lora_rank."""
+    lora_targets: list[str] = field(default_factory=lambda: list(PROJECTIONS))
+    """The Linear layers (by name) that get an adapter: every attention and MLP projection, as the composer's."""
 
     def __post_init__(self) -> None:
         require(self.steps >= 0, "train.steps: must be >= 0")
@@ -190,6 +200,9 @@ class TrainConfig:
         require(self.val_every >= 1, "train.val_every: must be >= 1")
         require(self.tis_cap is None or self.tis_cap >= 1, "train.tis_cap: must be >= 1 or null")
         require(self.sharding in ("ddp", "fsdp2"), f"train.sharding: {self.sharding!r} is not ddp or fsdp2")
+        require(self.lora_rank >= 0, "train.lora_rank: must be >= 0 (0: full fine-tune)")
+        require(self.lora_alpha > 0, "train.lora_alpha: must be > 0")
+        require(bool(self.lora_targets), "train.lora_targets: must name at least one layer")
 
 
 @dataclass

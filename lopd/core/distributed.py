@@ -22,6 +22,8 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, Partial
 
+from lopd.core.adapters import is_lora, merged_parameters
+
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     """The model inside accelerate's DDP wrapper (itself when unwrapped or sharded in place)."""
@@ -72,8 +74,11 @@ def reduce_metrics(metrics: dict[str, float], action_tokens: float) -> dict[str,
 
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The policy's complete weights on every process, whatever wraps them (DDP, FSDP shards are gathered): what a
-    checkpoint saves and what the rollout engine loads. Collective: every process must call it."""
+    """The policy's complete weights on every process, whatever wraps them (DDP, FSDP shards are gathered; a LoRA
+    student merged): what a checkpoint saves and what the rollout engine loads. Collective: every process must call
+    it."""
+    if is_lora(model):
+        return dict(merged_parameters(model))
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
 
 
@@ -81,7 +86,11 @@ def full_parameters(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]
     """`full_state_dict`'s (name, tensor) pairs one at a time, for a weight push that never holds a second full copy
     of the policy: a plain tensor is the model's own (detached, no copy), an FSDP2 shard is gathered when its turn
     comes (collective: every process must run the generator to its end). Tied weights come under both names, as in
-    the state dict (HFBackend loads both; vLLM skips the tied output projection)."""
+    the state dict (HFBackend loads both; vLLM skips the tied output projection). A LoRA student's are merged
+    (`adapters.merged_parameters`)."""
+    if is_lora(model):
+        yield from merged_parameters(model)
+        return
     for name, tensor in unwrap(model).state_dict(keep_vars=True).items():
         tensor = tensor.detach()
         yield name, tensor.full_tensor() if isinstance(tensor, DTensor) else tensor

@@ -31,7 +31,8 @@ from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
 from lopd.core import checkpoint
-from lopd.core.config import Config
+from lopd.core.adapters import adapter_state, add_student_adapter, base_module, is_lora, load_adapter_state
+from lopd.core.config import Config, ConfigError
 from lopd.core.device import deterministic_kernels, device, release_freed_memory
 from lopd.core.distributed import (
     check_split,
@@ -116,8 +117,13 @@ def policy_optimizer(model: torch.nn.Module, method: Method, cfg: Config) -> tor
     """AdamW over the policy (the first group, at the method's lr) and the method's own parameters. On CPU it updates
     one tensor at a time: the fused multi-tensor path allocates temporaries the size of all the parameters at once,
     which the CPU's memory (not its speed) cannot spare."""
-    return torch.optim.AdamW([{"params": list(model.parameters())}, *method.param_groups()], lr=method.lr(cfg),
+    return torch.optim.AdamW([{"params": trainable(model)}, *method.param_groups()], lr=method.lr(cfg),
                              weight_decay=cfg.train.weight_decay, foreach=device().type != "cpu")
+
+
+def trainable(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The policy's parameters the optimizer steps: all of them, or a LoRA student's adapter."""
+    return [p for p in model.parameters() if p.requires_grad]
 
 
 def micro_batches(trajectories: Sequence[Trajectory], size: int) -> list[list[Trajectory]]:
@@ -156,7 +162,7 @@ def update(model, optimizer, accelerator: Accelerator, method: Method, trajector
         action_tokens += mask.sum().item()
     extra = [p for group in optimizer.param_groups[1:] for p in group["params"]]
     if not active:  # still step AdamW on zero gradients: its moments and step count evolve as before
-        for p in [*model.parameters(), *extra]:
+        for p in [*trainable(model), *extra]:
             p.grad = torch.zeros_like(p)
     if extra and not single:  # DDP (FSDP2) averages the policy's gradients; the method's own are averaged here
         for p in extra:
@@ -264,7 +270,11 @@ def setup(cfg: Config, method: Method, tasks: Sequence[Task], base_dir: str | Pa
         tracker.begin(f"{fingerprint['config']}-{fingerprint['code']}", resumed.step if resumed else 0)
     start_dir = resumed.model_dir if resumed else base_dir
     sharded = cfg.train.sharding == "fsdp2" and accelerator.num_processes > 1
-    model = load_student(cfg, start_dir, sharded)
+    if sharded and cfg.train.lora_rank:
+        raise ConfigError("train.lora_rank with train.sharding=fsdp2: a LoRA student is not sharded (its trainable "
+                          "state is small); use train.sharding=ddp")
+    # a LoRA student is always the base model plus its adapter (restored from the checkpoint)
+    model = load_student(cfg, base_dir if cfg.train.lora_rank else start_dir, sharded)
     try:
         method.setup(MethodContext(cfg, accelerator, tokenizer, Path(base_dir), model, tasks))
     except (OSError, ValueError) as err:  # a missing or unusable upstream output (bank, composer, pool)
@@ -285,10 +295,14 @@ def setup(cfg: Config, method: Method, tasks: Sequence[Task], base_dir: str | Pa
 
 def load_student(cfg: Config, model_dir: str | Path, sharded: bool) -> torch.nn.Module:
     """The student in float32 master weights (whatever the saved dtype), on this process's device, in train mode;
-    sharded before any method sees it (a live teacher is the student itself)."""
+    with a fresh adapter for a LoRA student (`train.lora_rank`); sharded before any method sees it (a live teacher
+    is the student itself)."""
     model = load_model(model_dir).to(device())
     if cfg.train.activation_checkpointing:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    if cfg.train.lora_rank:
+        torch.manual_seed(cfg.seed)  # the adapter's A is drawn at random: a seeded draw, the same on a resume
+        model = add_student_adapter(model, cfg.train)
     model.train()
     if sharded:
         shard(model)
@@ -305,6 +319,8 @@ def restore(run: Run, sharded: bool) -> None:
         else:
             run.optimizer.load_state_dict(resumed.state["optimizer"])  # AdamW moves its state to its params' device
     run.method.load_state_dict(resumed.state["method"])
+    if is_lora(run.model):
+        load_adapter_state(run.model, resumed.state["adapter"])
     run.start_step, run.history, run.validated = resumed.step, resumed.state["history"], resumed.state["validation"]
     print(f"resuming {run.method.name} from step {run.start_step}")
 
@@ -404,6 +420,6 @@ def save(accelerator: Accelerator, out_dir: Path, model, tokenizer, optimizer, s
     weights = full_state_dict(model)
     optimizer_state = full_optimizer_state(model, optimizer) if isinstance(unwrap(model), FSDPModule) else None
     if accelerator.is_main_process:
-        checkpoint.save(out_dir, unwrap(model), tokenizer, optimizer, step, history, validation, fingerprint, method,
-                        weights, optimizer_state)
+        checkpoint.save(out_dir, base_module(model), tokenizer, optimizer, step, history, validation, fingerprint,
+                        method, weights, optimizer_state, adapter_state(model) if is_lora(model) else None)
     accelerator.wait_for_everyone()

@@ -19,7 +19,7 @@ import functools
 import math
 import warnings
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import torch
 import torch.utils.checkpoint
@@ -29,12 +29,12 @@ from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from lopd.core.config import ComposerConfig
+from lopd.core.adapters import attribute_set
+from lopd.core.config import PROJECTIONS, ComposerConfig
 from lopd.core.rollout import chat_text, encode_prompt
 from lopd.core.trajectory import TokenBatch, Trajectory, collate, with_prompt
 
 LATENT_PLACEHOLDER = "<|LATENT_PH|>"
-LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 # Domain framing around the latent span (paper Appendix C).
 FRAMINGS: dict[str, tuple[str, str]] = {
@@ -121,19 +121,6 @@ class QFormer(nn.Module):
         return self.norm_out(x_J_K_D)
 
 
-@contextlib.contextmanager
-def attribute_set(objects: Sequence[Any], name: str, value: Any) -> Iterator[None]:
-    """Set attribute `name` to `value` on every object for the duration, restoring each one's own value after."""
-    before = [getattr(obj, name) for obj in objects]
-    for obj in objects:
-        setattr(obj, name, value)
-    try:
-        yield
-    finally:
-        for obj, old in zip(objects, before):
-            setattr(obj, name, old)
-
-
 class Composer(nn.Module):
     """Enc (backbone + LoRA) and Comp (QFormer). Wraps `backbone` in place with peft: the backbone's own
     weights are frozen; only the adapter and the QFormer train."""
@@ -144,7 +131,7 @@ class Composer(nn.Module):
         for p in backbone.parameters():
             p.requires_grad_(False)
         lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                          target_modules=LORA_TARGETS, bias="none")
+                          target_modules=list(PROJECTIONS), bias="none")
         with warnings.catch_warnings():  # peft reads transformers' deprecated `is_gradient_checkpointing` alias
             warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
             self.model = get_peft_model(backbone, lora)
