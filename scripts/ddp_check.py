@@ -1,6 +1,7 @@
 """Multi-process agreement check: run under torchrun with N processes.
 
-Each process trains GRPO, SDPO (EMA teacher), Skill-SD (skills) and LOPD (composer, β, grown bank) for 2 steps on
+Each process trains GRPO, SDPO (EMA teacher), Skill-SD (skills) and LOPD (composer, β, grown bank), and with DDP
+SDPO and LOPD with LoRA students (`sdpo_lora`, `lopd_lora`), for 2 steps on
 the given model (with DDP also 2 steps of the composer's cold start, each process scoring its share of a batch, and
 the experience bank's rollouts, each process sampling its share of the tasks), on its own device (`lopd.core.device`:
 the CPU with gloo, or one GPU per process with NCCL), then writes to WORK_DIR/rank<r>.pt what must agree across
@@ -135,10 +136,13 @@ def main() -> None:
     def lopd(cfg):
         return LOPD(cfg, domain)
 
-    methods = {"grpo": GRPO(cfg, domain), "sdpo": SDPO(cfg, domain), "skill_sd": SkillSD(cfg, domain),
-               "lopd": lopd(cfg)}
+    methods = {"grpo": (cfg, GRPO(cfg, domain)), "sdpo": (cfg, SDPO(cfg, domain)),
+               "skill_sd": (cfg, SkillSD(cfg, domain)), "lopd": (cfg, lopd(cfg))}
+    if sharding == "ddp":  # LoRA students (`train.lora_rank`): the EMA adapter, and LOPD's encoder on the same base
+        lora = resolve({**base, "train": {**base["train"], "lora_rank": 4}})
+        methods |= {"sdpo_lora": (lora, SDPO(lora, domain)), "lopd_lora": (lora, lopd(lora))}
     out = {}
-    for name, method in methods.items():
+    for name, (cfg, method) in methods.items():
         students, local_rewards = [], []
         setup = method.setup
 
@@ -161,11 +165,11 @@ def main() -> None:
             history = train(cfg, method, TASKS, recording, model_dir, work / "runs" / name, tracker)["history"]
         student = students[0]
         extra = {}
-        if name == "sdpo":
-            extra = {k: v.cpu() for k, v in method.teacher_model.model.state_dict().items()}
+        if name.startswith("sdpo"):
+            extra = {k: v.cpu() for k, v in method.teacher_model.state_dict().items()}
         elif name == "skill_sd":
             extra = method.skills.state_dict()
-        elif name == "lopd":
+        elif name.startswith("lopd"):
             extra = {"beta": method.beta, "composer": method.composer.trainable_state(),
                      "bank": [e.task_id for e in method.bank], "composer_device": method.composer.device.type}
         out[name] = {"weights": {k: v.detach().cpu().clone() for k, v in full_state_dict(student).items()},

@@ -7,6 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from lopd.core.adapters import is_lora
 from lopd.core.checkpoint import load as load_checkpoint
 from lopd.core.checkpoint import policy_dir
 from lopd.core.config import resolve
@@ -146,18 +147,26 @@ def test_lopd_trains_student_and_composer_with_the_dual_update(tiny_model_dir, b
     assert source.startswith("phi_0") and all(torch.equal(start[k], v) for k, v in phi0.trainable_state().items())
 
 
-def test_a_lora_student_takes_the_full_students_first_step(tiny_model_dir, bank_dir, composer_dir, tmp_path):
-    """`train.lora_rank`: B = 0, so step 1's rollouts, losses, margin and beta are the full fine-tune's; only the
-    gradient norm differs (other parameters), and the checkpoint is a plain (merged) model."""
+def test_a_lora_student_takes_the_full_students_first_step_and_is_its_own_teacher(tiny_model_dir, bank_dir,
+                                                                                    composer_dir, tmp_path):
+    """`train.lora_rank`: B = 0, so step 1's rollouts, losses, margin and beta are the full fine-tune's, and so is
+    the composer's update (its encoder adapter, recomputed in the backward pass, on alone); only the student's
+    gradient norm differs (other parameters). The teacher and encoder are the student's own base, not a copy, and
+    the checkpoint is a plain (merged) model."""
     def first_step(rank):
         cfg = _cfg(train={"steps": 1, "save_every": 1, "lora_rank": rank})
-        history = train(cfg, _method(cfg, bank_dir, composer_dir), TASKS, single_turn(_score), tiny_model_dir,
-                        tmp_path / str(rank))["history"]
-        return {k: v for k, v in history[0].items() if not k.startswith("time_") and k != "rollout_tokens_per_s"}
+        method = _method(cfg, bank_dir, composer_dir)
+        history = train(cfg, method, TASKS, single_turn(_score), tiny_model_dir, tmp_path / str(rank))["history"]
+        return method, {k: v for k, v in history[0].items() if not k.startswith("time_")
+                        and k != "rollout_tokens_per_s"}
 
-    full, lora = first_step(0), first_step(4)
+    (full_method, full), (lora_method, lora) = first_step(0), first_step(4)
     assert lora.pop("grad_norm") != full.pop("grad_norm")
-    assert lora == full and full["distill_loss"] > 0
+    assert lora == full and full["distill_loss"] > 0 and full["method_grad_norm"] > 0
+    phi_full, phi_lora = full_method.composer.trainable_state(), lora_method.composer.trainable_state()
+    assert phi_lora.keys() == phi_full.keys() and all(torch.equal(phi_lora[k], v) for k, v in phi_full.items())
+    assert is_lora(lora_method.composer.model) and not is_lora(full_method.composer.model.get_base_model())
+    assert sorted(lora_method.composer.model.peft_config) == ["default", "student"]  # one base, two adapters
     merged = load_file(str(policy_dir(tmp_path / "4", tiny_model_dir) / "model.safetensors"))
     assert merged.keys() == load_file(str(tiny_model_dir / "model.safetensors")).keys()
 

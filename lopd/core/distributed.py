@@ -73,6 +73,17 @@ def reduce_metrics(metrics: dict[str, float], action_tokens: float) -> dict[str,
     return out
 
 
+def synchronise_only(model: torch.nn.Module, params: list[torch.nn.Parameter]) -> None:
+    """Have the DDP wrapper `accelerator.prepare` puts around `model` all-reduce the gradients of `params` alone: a LoRA
+    student's adapter. Another adapter on its base (LOPD's encoder) gets its gradient outside the student's forward,
+    in some micro-batches only, and is averaged with the method's own parameters instead."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    keep = {id(p) for p in params}
+    DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
+        model, [name for name, p in model.named_parameters() if id(p) not in keep])
+
+
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The policy's complete weights on every process, whatever wraps them (DDP, FSDP shards are gathered; a LoRA
     student merged): what a checkpoint saves and what the rollout engine loads. Collective: every process must call

@@ -31,7 +31,14 @@ from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
 from lopd.core import checkpoint
-from lopd.core.adapters import adapter_state, add_student_adapter, base_module, is_lora, load_adapter_state
+from lopd.core.adapters import (
+    adapter_parameters,
+    adapter_state,
+    add_student_adapter,
+    base_module,
+    is_lora,
+    load_adapter_state,
+)
 from lopd.core.config import Config, ConfigError
 from lopd.core.device import deterministic_kernels, device, release_freed_memory
 from lopd.core.distributed import (
@@ -43,6 +50,7 @@ from lopd.core.distributed import (
     output_weight,
     reduce_metrics,
     shard,
+    synchronise_only,
     unwrap,
 )
 from lopd.core.losses import chunked_entropy
@@ -122,8 +130,9 @@ def policy_optimizer(model: torch.nn.Module, method: Method, cfg: Config) -> tor
 
 
 def trainable(model: torch.nn.Module) -> list[torch.nn.Parameter]:
-    """The policy's parameters the optimizer steps: all of them, or a LoRA student's adapter."""
-    return [p for p in model.parameters() if p.requires_grad]
+    """The policy's parameters the optimizer steps: all of them, or a LoRA student's adapter (another adapter on
+    the same base, LOPD's encoder, belongs to the method)."""
+    return list(adapter_parameters(model).values()) if is_lora(model) else list(model.parameters())
 
 
 def micro_batches(trajectories: Sequence[Trajectory], size: int) -> list[list[Trajectory]]:
@@ -280,6 +289,8 @@ def setup(cfg: Config, method: Method, tasks: Sequence[Task], base_dir: str | Pa
     except (OSError, ValueError) as err:  # a missing or unusable upstream output (bank, composer, pool)
         raise MethodInputError(f"{method.name}: {err}") from err
     optimizer = policy_optimizer(model, method, cfg)
+    if is_lora(model) and accelerator.num_processes > 1:
+        synchronise_only(model, trainable(model))
     run = Run(cfg, method, accelerator, tokenizer, model, optimizer, None, out_dir, fingerprint, steps,
               tasks_per_step, resumed)
     if resumed:

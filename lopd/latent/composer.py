@@ -19,17 +19,17 @@ import functools
 import math
 import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 import torch.utils.checkpoint
-from peft import LoraConfig, get_peft_model
+from peft import LoraConfig, PeftModel, get_peft_model
 from peft.tuners.tuners_utils import BaseTunerLayer
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from lopd.core.adapters import attribute_set
+from lopd.core.adapters import attribute_set, only_adapter
 from lopd.core.config import PROJECTIONS, ComposerConfig
 from lopd.core.rollout import chat_text, encode_prompt
 from lopd.core.trajectory import TokenBatch, Trajectory, collate, with_prompt
@@ -121,20 +121,32 @@ class QFormer(nn.Module):
         return self.norm_out(x_J_K_D)
 
 
+ENCODER = "default"
+"""The encoder adapter's name (peft's default), under which composer files name its weights."""
+
+
 class Composer(nn.Module):
     """Enc (backbone + LoRA) and Comp (QFormer). Wraps `backbone` in place with peft: the backbone's own
-    weights are frozen; only the adapter and the QFormer train."""
+    weights are frozen; only the adapter and the QFormer train. A LoRA student (a peft model) is not copied: the
+    encoder adapter joins the student's adapter on its base, and each pass switches on its own (the encoder's while
+    encoding, none for the teacher); its other parameters are the student's, which the composer leaves alone."""
 
     def __init__(self, backbone: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, cfg: ComposerConfig,
                  latent_tokens: int):
         super().__init__()
-        for p in backbone.parameters():
-            p.requires_grad_(False)
         lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                           target_modules=list(PROJECTIONS), bias="none")
         with warnings.catch_warnings():  # peft reads transformers' deprecated `is_gradient_checkpointing` alias
             warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
-            self.model = get_peft_model(backbone, lora)
+            if isinstance(backbone, PeftModel):
+                backbone.add_adapter(ENCODER, lora)
+                self.model = backbone
+            else:
+                backbone.requires_grad_(False)
+                self.model = get_peft_model(backbone, lora, adapter_name=ENCODER)
+        backbone = self.model.get_base_model()
+        for _, p in self.own_parameters():
+            p.requires_grad_(True)
         self.adapter_layers = [m for m in self.model.modules() if isinstance(m, BaseTunerLayer)]
         # Encoder and teacher activations are recomputed in the backward pass, layer by layer. transformers
         # checkpoints only in train mode (the backbone has no dropout, so the mode changes nothing else).
@@ -148,6 +160,10 @@ class Composer(nn.Module):
                                cfg.ff_mult, embed_scale)
         self.tokenizer = tokenizer
         self.max_item_tokens = cfg.max_item_tokens
+
+    def own_parameters(self) -> list[tuple[str, nn.Parameter]]:
+        """The composer's own weights, phi: the encoder adapter and the QFormer (not a shared student's)."""
+        return [(n, p) for n, p in self.named_parameters() if n.startswith("qformer.") or f".{ENCODER}." in n]
 
     @property
     def backbone(self) -> PreTrainedModel:
@@ -175,12 +191,12 @@ class Composer(nn.Module):
             ids_B_L[b, :len(tokens)] = torch.tensor(tokens, device=cpu)
             positions_B_L[b, :len(tokens)] = torch.tensor(positions, device=cpu)
             blocks_B_L[b, :len(tokens)] = torch.tensor(blocks, device=cpu)
-        self.backbone.train(self.checkpointing)
         mask = self._attention_mask(block_mask(positions_B_L, blocks_B_L))
         # the decoder of the LoRA-wrapped backbone (its adapter layers sit inside it): the last hidden state only
-        hidden_B_L_D = self.backbone.get_decoder()(input_ids=ids_B_L.to(self.device), attention_mask=mask,
-                                                   position_ids=positions_B_L.to(self.device),
-                                                   use_cache=False).last_hidden_state
+        with self._mode(self.checkpointing), self._encoder_on(), self._recomputed_as(self._encoder_on):
+            hidden_B_L_D = self.backbone.get_decoder()(input_ids=ids_B_L.to(self.device), attention_mask=mask,
+                                                       position_ids=positions_B_L.to(self.device),
+                                                       use_cache=False).last_hidden_state
         memory, lengths = [], []
         for b, group in enumerate(items):
             prefix = rows[b][2].count(-1)
@@ -220,16 +236,29 @@ class Composer(nn.Module):
                 return self._teacher_forward(batch, latents, starts)
         if not self.checkpointing:
             return self._teacher_forward(batch, latents, starts)
-        with self._adapter_off_when_recomputed():
+        with self._recomputed_as(self._adapter_off):
             return self._teacher_forward(batch, latents, starts)
 
     def _teacher_forward(self, batch: TokenBatch, latents: list[torch.Tensor], starts: list[int]) -> torch.Tensor:
         embeds_B_L_D = inject_latents(self.backbone.get_input_embeddings()(batch.input_ids_B_L), latents, starts)
-        self.backbone.train(self.checkpointing and torch.is_grad_enabled())
-        with self._adapter_off():
+        with self._mode(self.checkpointing and torch.is_grad_enabled()), self._adapter_off():
             out = self.backbone.get_decoder()(inputs_embeds=embeds_B_L_D, attention_mask=batch.attention_mask_B_L,
                                               use_cache=False)
         return out.last_hidden_state
+
+    @contextlib.contextmanager
+    def _mode(self, training: bool) -> Iterator[None]:
+        """The backbone in train (checkpointing) or eval mode for one pass, then as it was (a shared student's)."""
+        was = self.backbone.training
+        self.backbone.train(training)
+        try:
+            yield
+        finally:
+            self.backbone.train(was)
+
+    def _encoder_on(self) -> contextlib.AbstractContextManager[None]:
+        """The encoder's view of the backbone: the encoder adapter alone (a shared student's off)."""
+        return only_adapter(self.model, ENCODER)
 
     def _adapter_off(self) -> contextlib.AbstractContextManager[None]:
         """The teacher's view of the shared backbone: every LoRA layer passes its input to its base layer only. It
@@ -238,21 +267,22 @@ class Composer(nn.Module):
         the 0.5B model, and the teacher's recomputation switches once per layer in every backward pass)."""
         return attribute_set(self.adapter_layers, "_disable_adapters", True)
 
-    def _adapter_off_when_recomputed(self) -> contextlib.AbstractContextManager[None]:
-        """Checkpoint the teacher's layers so that their backward-pass recomputation, which runs after the
-        adapter is back on, switches it off again: the teacher's graph then holds one activation per layer
-        instead of every intermediate (agentic sequences of thousands of tokens would not fit otherwise)."""
-        teacher_fn = functools.partial(
-            torch.utils.checkpoint.checkpoint, use_reentrant=False,
-            context_fn=lambda: (contextlib.nullcontext(), self._adapter_off()))
-        return attribute_set(self.layers, "_gradient_checkpointing_func", teacher_fn)
+    def _recomputed_as(self, view) -> contextlib.AbstractContextManager[None]:
+        """Checkpoint the layers of a pass so that their backward-pass recomputation, which runs once the pass's
+        adapter setting (`view()`: the teacher's adapters off, the encoder's alone) is undone, sets it again: the
+        graph then holds one activation per layer instead of every intermediate (agentic sequences of thousands of
+        tokens would not fit otherwise)."""
+        checkpointed = functools.partial(torch.utils.checkpoint.checkpoint, use_reentrant=False,
+                                         context_fn=lambda: (contextlib.nullcontext(), view()))
+        return attribute_set(self.layers, "_gradient_checkpointing_func", checkpointed)
 
     def trainable_state(self) -> dict[str, torch.Tensor]:
-        """The adapter's and the QFormer's weights as CPU copies (device-independent files and checkpoints)."""
-        return {n: p.detach().to("cpu", copy=True) for n, p in self.named_parameters() if p.requires_grad}
+        """The adapter's and the QFormer's weights that train, as CPU copies (device-independent files and
+        checkpoints)."""
+        return {n: p.detach().to("cpu", copy=True) for n, p in self.own_parameters() if p.requires_grad}
 
     def load_trainable_state(self, state: dict[str, torch.Tensor]) -> None:
-        names = {n for n, p in self.named_parameters() if p.requires_grad}
+        names = {n for n, p in self.own_parameters() if p.requires_grad}
         if set(state) != names:
             raise ValueError("composer checkpoint does not match this composer's configuration "
                              f"({len(set(state) ^ names)} parameter names differ)")

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from lopd.core.adapters import is_lora
 from lopd.core.config import Config
 from lopd.core.device import device
 from lopd.core.losses import TopkTailReverseKL, chunked_distillation
@@ -46,16 +47,15 @@ class LOPD(Method):
     def setup(self, ctx: MethodContext) -> None:
         cfg = self.cfg
         self.accelerator, self.tokenizer = ctx.accelerator, ctx.tokenizer
-        self.composer = Composer(load_model(ctx.base_dir), ctx.tokenizer, cfg.composer,
-                                 cfg.latent_tokens).to(device())
+        # the frozen teacher is the base model: a LoRA student's own base (its adapter off), else a copy
+        backbone = ctx.student if is_lora(ctx.student) else load_model(ctx.base_dir)
+        self.composer = Composer(backbone, ctx.tokenizer, cfg.composer, cfg.latent_tokens).to(device())
         for name in (COMPOSER_FILE, ANCHORS_FILE):
             if not (self.composer_dir / name).exists():
                 raise FileNotFoundError(f"{self.composer_dir / name}: not found (run the cold_start stage)")
         self.composer.load_trainable_state(load_tensors(self.composer_dir / COMPOSER_FILE, map_location=device()))
-        self.composer.requires_grad_(False)
-        if self.config.train_composer:
-            for name, p in self.composer.named_parameters():
-                p.requires_grad_("lora_" in name or name.startswith("qformer."))
+        for _, p in self.composer.own_parameters():  # phi: the encoder adapter and the QFormer
+            p.requires_grad_(self.config.train_composer)
         self.anchors: dict[str, dict] = load_tensors(self.composer_dir / ANCHORS_FILE, map_location=device())
         self.bank, self.retriever = load_bank(self.bank_dir, cfg.bank.self_retrieval)
         self.messages = {t.task_id: t.messages for t in ctx.tasks}
@@ -66,7 +66,7 @@ class LOPD(Method):
         return [self.bank_dir, self.composer_dir]
 
     def param_groups(self) -> list[dict[str, Any]]:
-        params = [p for p in self.composer.parameters() if p.requires_grad]
+        params = [p for _, p in self.composer.own_parameters() if p.requires_grad]
         return [{"params": params, "lr": self.config.composer_lr}] if params else []
 
     def prepare(self, trajectories: list[Trajectory]) -> None:
