@@ -193,7 +193,8 @@ class Composer(nn.Module):
             blocks_B_L[b, :len(tokens)] = torch.tensor(blocks, device=cpu)
         mask = self._attention_mask(block_mask(positions_B_L, blocks_B_L))
         # the decoder of the LoRA-wrapped backbone (its adapter layers sit inside it): the last hidden state only
-        with self._mode(self.checkpointing), self._encoder_on(), self._recomputed_as(self._encoder_on):
+        recomputed = self._recomputed_as(self._encoder_on) if self.checkpointing else contextlib.nullcontext()
+        with self._mode(self.checkpointing), self._encoder_on(), recomputed:
             hidden_B_L_D = self.backbone.get_decoder()(input_ids=ids_B_L.to(self.device), attention_mask=mask,
                                                        position_ids=positions_B_L.to(self.device),
                                                        use_cache=False).last_hidden_state
