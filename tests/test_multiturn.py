@@ -294,6 +294,22 @@ def test_real_model_episodes_are_batched_and_train_with_grpo(tiny_model_dir, tok
     assert step["steps"] <= 2
 
 
+def test_a_lora_student_plays_the_same_first_episodes_and_losses(tiny_model_dir, tmp_path):
+    """The agentic domain with `train.lora_rank`: B = 0, so step 1's episodes and metrics are the full fine-tune's
+    (the gradient norm aside: over other parameters)."""
+    tasks = [Task(f"t{i}", CounterEnv().reset()[0], tuple(TOOLS)) for i in range(2)]
+    steps = []
+    for rank in (0, 4):
+        cfg = resolve({"profile": "smoke", "train": {"steps": 1, "rollouts_per_step": 4, "lora_rank": rank}})
+        episodes = multi_turn(lambda task: CounterEnv(), 2, 4096, 16, tool_call_format=cfg.agentic.tool_call_format)
+        (step,) = train(cfg, GRPO(cfg, Domain.scratch("unused")), tasks, episodes, tiny_model_dir,
+                        tmp_path / str(rank))["history"]
+        steps.append({k: v for k, v in step.items() if not k.startswith("time_") and k != "rollout_tokens_per_s"})
+    full, lora = steps
+    lora.pop("grad_norm"), full.pop("grad_norm")
+    assert lora == full and full["steps"] > 0
+
+
 def _ids(tokenizer, text):
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
