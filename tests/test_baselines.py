@@ -25,6 +25,7 @@ from baselines.pool import (
 from baselines.skills import Skill, ucb1_choice
 from baselines.teachers import Teacher, ema_update_
 from lopd.core import loop, rollout
+from lopd.core.adapters import is_lora
 from lopd.core.checkpoint import MANIFEST, policy_dir
 from lopd.core.config import ConfigError, resolve
 from lopd.core.domain import Domain
@@ -228,6 +229,18 @@ def test_skill_sd_builds_skills_picks_them_by_ucb_and_resumes(tiny_model_dir, ba
     train(resumed.cfg, resumed, TASKS, single_turn(_score), tiny_model_dir, tmp_path / "run")
     assert resumed.skills.skills[:6] == method.skills.skills and len(resumed.skills.skills) == 8
     assert resumed.skills.counts[:6] != [0] * 6
+
+
+def test_skill_sd_with_a_lora_student_reads_skills_with_the_student_as_its_teacher(tiny_model_dir, bank_dir,
+                                                                                    tmp_path):
+    """`train.lora_rank`: the live teacher is the LoRA student itself (no copy), adapter on; the run trains."""
+    cfg = _cfg(train={"steps": 2, "save_every": 1, "lora_rank": 4, "lora_alpha": 8.0})
+    method = skill_sd.SkillSD(cfg, _domain(bank=bank_dir))
+    history = train(cfg, method, TASKS, single_turn(_score), tiny_model_dir, tmp_path / "run")["history"]
+    assert is_lora(method.teacher_model.model) and method.teacher_model.model is method.teacher_model.student
+    assert history[1]["privileged_fraction"] == 1 and all(math.isfinite(h["loss"]) for h in history)
+    base = _weights(tiny_model_dir)
+    assert any(not torch.equal(v, base[k]) for k, v in _weights(tmp_path / "run").items())
 
 
 def test_skill_sd_summarises_with_the_hf_sampler_whatever_the_rollout_backend(tiny_model_dir, bank_dir, tmp_path,
