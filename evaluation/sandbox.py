@@ -82,7 +82,8 @@ _SUPERVISOR = Path(sandbox_supervisor.__file__).read_text(encoding="utf-8")
 _UNSHARE = shutil.which("unshare")
 _SETPRIV = shutil.which("setpriv")
 _PROJECT_ROOT = Path(__file__).resolve().parents[1]
-_SITE_DIRS = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+# real paths, as the kept interpreter dirs are: a venv reached through a symlink inside the project (hidden) stays found
+_SITE_DIRS = sorted({os.path.realpath(sysconfig.get_paths()[k]) for k in ("purelib", "platlib")})
 _mode: str | None = None       # chosen once by isolation_mode(); tests may override it
 _mode_lock = threading.Lock()
 _uids = random.Random()        # private generator: user code seeding `random` must not matter
