@@ -43,13 +43,21 @@ def attribute_set(objects: Sequence[Any], name: str, value: Any) -> Iterator[Non
             setattr(obj, name, old)
 
 
+@contextlib.contextmanager
+def peft_wrapping() -> Iterator[None]:
+    """Silence the FutureWarning peft triggers as it adds an adapter (it reads transformers' deprecated
+    `is_gradient_checkpointing` alias): nothing a user can act on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+        yield
+
+
 def add_student_adapter(model: torch.nn.Module, train: TrainConfig) -> PeftModel:
     """`model` (the base, wrapped in place) as a LoRA student: a `train.lora_rank` adapter on `train.lora_targets`
     whose B starts at zero, so that the student starts as the base model; the base weights frozen."""
     lora = LoraConfig(r=train.lora_rank, lora_alpha=train.lora_alpha, lora_dropout=0.0,
                       target_modules=list(train.lora_targets), bias="none")
-    with warnings.catch_warnings():  # peft reads transformers' deprecated `is_gradient_checkpointing` alias
-        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+    with peft_wrapping():
         return get_peft_model(model, lora, adapter_name=STUDENT)
 
 
@@ -120,8 +128,7 @@ def add_ema_adapter(model: torch.nn.Module) -> None:
     """The EMA teacher's adapter on the student's base: the student adapter's configuration and current weights,
     frozen (an EMA teacher starts from the initial student, as a full fine-tune's does)."""
     peft = getattr(model, "module", model)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+    with peft_wrapping():
         peft.add_adapter(EMA_TEACHER, peft.peft_config[STUDENT])
     for p in adapter_parameters(peft, EMA_TEACHER).values():
         p.requires_grad_(False)

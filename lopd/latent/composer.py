@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import warnings
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -29,7 +28,7 @@ from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from lopd.core.adapters import attribute_set, only_adapter
+from lopd.core.adapters import attribute_set, only_adapter, peft_wrapping
 from lopd.core.config import PROJECTIONS, ComposerConfig
 from lopd.core.rollout import chat_text, encode_prompt
 from lopd.core.trajectory import TokenBatch, Trajectory, collate, with_prompt
@@ -136,8 +135,7 @@ class Composer(nn.Module):
         super().__init__()
         lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                           target_modules=list(PROJECTIONS), bias="none")
-        with warnings.catch_warnings():  # peft reads transformers' deprecated `is_gradient_checkpointing` alias
-            warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+        with peft_wrapping():
             if isinstance(backbone, PeftModel):
                 backbone.add_adapter(ENCODER, lora)
                 self.model = backbone
