@@ -35,13 +35,19 @@ EVIDENCE_COLUMNS = (("rollouts", "Rollouts"), ("reward_slope", "Reward slope / 1
                     ("reward_slope_low", "low"), ("reward_slope_high", "high"),
                     ("val_initial", "Val. reward, start"), ("val_final", "Val. reward, end"),
                     ("val_change", "Val. change"), ("val_change_low", "low"), ("val_change_high", "high"),
-                    ("rollouts_to_reference", "Rollouts to GRPO's final val."))
-"""The training-evidence table: per trained method, the per-step reward's OLS slope with its 95% CI and the
-held-out validation reward before and after training with the paired 95% CI of the change."""
+                    ("rollouts_to_reference", "Rollouts to GRPO's final val."),
+                    ("reference_share", "Share of GRPO's rollouts"),
+                    ("vs_reference", "There − GRPO's final"), ("vs_reference_low", "low"),
+                    ("vs_reference_high", "high"))
+"""The training-evidence table: per trained method, the per-step reward's OLS slope with its 95% CI, the held-out
+validation reward before and after training with the paired 95% CI of the change, and the sample-efficiency check:
+the rollouts at which the method first reached the reference's (GRPO's) final validation reward, as a share of the
+reference's rollouts, and the paired difference there (at the method's last point where it never reached it)."""
 
 
-def evidence_row(history: list[dict], validation: list[dict], reference_final: float | None) -> dict[str, float | None]:
-    """One method's row of EVIDENCE_COLUMNS (None where it has no data: too few steps, no validation points)."""
+def evidence_row(history: list[dict], validation: list[dict], reference: list[dict]) -> dict[str, float | None]:
+    """One method's row of EVIDENCE_COLUMNS against the reference method's validation points (None where it has no
+    data: too few steps, no validation points, no reference, or validation sets that differ in size)."""
     row: dict[str, float | None] = dict.fromkeys(k for k, _ in EVIDENCE_COLUMNS)
     row["rollouts"] = history[-1]["cumulative_rollouts"] if history else 0
     fit = slope_ci([h["cumulative_rollouts"] for h in history], [h["reward"] for h in history])
@@ -52,6 +58,14 @@ def evidence_row(history: list[dict], validation: list[dict], reference_final: f
         change = paired_bootstrap_diff(np.asarray(last["val_rewards"]), np.asarray(first["val_rewards"]))
         row.update(val_initial=first["val_reward"], val_final=last["val_reward"], val_change=change[0],
                    val_change_low=change[1], val_change_high=change[2])
-    if validation and reference_final is not None:
-        row["rollouts_to_reference"] = rollouts_to_reach(validation, reference_final)
+    if validation and reference:
+        final = reference[-1]
+        reached = rollouts_to_reach(validation, final["val_reward"])
+        row["rollouts_to_reference"] = reached
+        if reached is not None and final["cumulative_rollouts"]:
+            row["reference_share"] = reached / final["cumulative_rollouts"]
+        there = next((v for v in validation if v["cumulative_rollouts"] == reached), validation[-1])
+        if len(there["val_rewards"]) == len(final["val_rewards"]):
+            diff = paired_bootstrap_diff(np.asarray(there["val_rewards"]), np.asarray(final["val_rewards"]))
+            row["vs_reference"], row["vs_reference_low"], row["vs_reference_high"] = diff
     return row

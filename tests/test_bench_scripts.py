@@ -16,3 +16,18 @@ def test_a_benchmark_without_its_model_is_a_one_line_error(tmp_path):
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
         assert done.stderr.strip().splitlines()[-1] == (
             f"error: {missing}: model not found (for the base model run: dvc repro prepare_model)")
+
+
+def test_the_validation_benchmark_predicts_from_the_recorded_run(load_script):
+    """bench_validation.py's prediction, against the arithmetic done by hand: the recorded run validated on 32 tasks
+    at 60 s a point; 64 tasks cost 100 s a point here, on a machine half as fast as the recording one, and leave 8
+    fewer training tasks for the bank (10 s each)."""
+    bench = load_script("bench_validation")
+    lock = {"stages": {"train@grpo": {"params": {"params.yaml": {"data": {"validation_tasks": 32}}}}}}
+    assert bench.recorded_validation_tasks(lock) == 32
+    recorded = {"total_s": 7200.0, "stages": {"build_bank": {"seconds": 400.0}, "train@grpo": {"seconds": 6800.0}}}
+    points = {32: {"wall_s": 60.0, "train_tasks": 40}, 64: {"wall_s": 100.0, "train_tasks": 32}}
+    out = bench.predict(points, recorded, 32, {"train@grpo": 3, "train_lopd": 2}, speed=0.5)
+    overhead = 2 * bench.DVC_STAGE_OVERHEAD_S
+    assert out["end_to_end_h"][32] == round((7200 + overhead) / 3600, 2)
+    assert out["end_to_end_h"][64] == round((7200 + overhead + 5 * 20 - 8 * 10) / 3600, 2)

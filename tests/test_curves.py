@@ -40,12 +40,34 @@ def test_evidence_row_pairs_the_validation_change_by_task():
     end = [1.0, 1.0, 1.0, 0.0, 1.0]
     validation = [{"cumulative_rollouts": 0, "val_reward": np.mean(start), "val_rewards": start},
                   {"cumulative_rollouts": 128, "val_reward": np.mean(end), "val_rewards": end}]
-    row = evidence_row(history, validation, reference_final=0.7)
+    row = evidence_row(history, validation, reference=[])
     assert row["rollouts"] == 128
     assert row["reward_slope"] == pytest.approx(1000 * 0.1 / 32)
     assert row["val_change"] == pytest.approx(0.4)
     # per-task changes are [1, 0, 1, 0, 0]: every resample's mean lies in [0, 1]
     assert 0.0 <= row["val_change_low"] <= 0.4 <= row["val_change_high"] <= 1.0
-    assert row["rollouts_to_reference"] == 128
-    bare = evidence_row(history[:2], [], reference_final=None)
+    assert row["rollouts_to_reference"] is None and row["vs_reference"] is None
+    bare = evidence_row(history[:2], [], reference=validation)
     assert bare["reward_slope"] is None and bare["val_change"] is None and bare["rollouts_to_reference"] is None
+
+
+def point(rollouts: int, rewards: list[float]) -> dict:
+    return {"cumulative_rollouts": rollouts, "val_reward": sum(rewards) / len(rewards), "val_rewards": rewards}
+
+
+def test_evidence_row_compares_with_the_reference_final_where_first_reached():
+    reference = [point(0, [0, 0, 1, 0, 1, 0]), point(256, [1, 0, 1, 1, 1, 0])]  # final 4/6
+    validation = [point(0, [0, 0, 1, 0, 1, 0]), point(32, [1, 1, 1, 1, 0, 0]), point(64, [1, 1, 1, 1, 1, 1])]
+    row = evidence_row([], validation, reference)
+    assert row["rollouts_to_reference"] == 32 and row["reference_share"] == pytest.approx(32 / 256)
+    # at 32 rollouts against the final, task by task: [0, 1, 0, 0, -1, 0]; the paired mean, not the 64-point's 2/6
+    assert row["vs_reference"] == pytest.approx(0.0)
+    assert -1.0 <= row["vs_reference_low"] < 0.0 < row["vs_reference_high"] <= 1.0
+    # never reached: the last point's difference, task by task [0, 0, 0, -1, -1, 0], not the first point's -4/6
+    below = evidence_row([], [point(0, [0] * 6), point(64, [1, 0, 1, 0, 0, 0])], reference)
+    assert below["rollouts_to_reference"] is None and below["reference_share"] is None
+    assert below["vs_reference"] == pytest.approx(-2 / 6)
+    assert -1.0 <= below["vs_reference_low"] <= -2 / 6 <= below["vs_reference_high"] <= 0.0
+    # validation sets of different sizes cannot be paired
+    other = evidence_row([], [point(64, [1] * 8)], reference)
+    assert other["rollouts_to_reference"] == 64 and other["vs_reference"] is None

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from lopd.core.config import resolve
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -91,7 +93,8 @@ def test_make_estimate_prints_every_stage_and_its_assumptions(estimate, monkeypa
     monkeypatch.setattr(sys, "argv", ["estimate.py", "--profile", "cpu"])
     estimate.main()
     out = capsys.readouterr().out
-    assert "Assumptions" in out and "training rollouts:" in out and "validation: 32 tasks" in out
+    held_out = resolve({"profile": "cpu"}).data.validation_tasks
+    assert "Assumptions" in out and "training rollouts:" in out and f"validation: {held_out} tasks" in out
     assert "train_lopd " in out and "eval_agentic_base_composer " in out and "code domain" in out
     monkeypatch.setattr(sys, "argv", ["estimate.py", "--profile", "paper"])
     with pytest.raises(SystemExit, match="no entry for profile paper"):
