@@ -574,27 +574,25 @@ def test_a_resumed_stage_continues_its_interrupted_run_with_each_step_once(store
     assert parents["exp-resume"].info.status == "FINISHED" and parents["exp-dead"].info.status == "FAILED"
 
 
-@pytest.mark.parametrize("begin, change", [
-    (("fp", 0), {}),  # no checkpoint to resume: a fresh start
-    (("other", 2), {}),  # another checkpoint (code or inputs changed)
-    (("fp", 2), {"train": {"steps": 7}}),  # other params (a budget the checkpoint does not pin)
-])
-def test_a_stage_that_does_not_resume_that_run_gets_a_fresh_one(begin, change, store, monkeypatch):
-    killed, killed_id = start_stage(store, "train@grpo", "kill")
+def test_a_stage_that_does_not_resume_that_run_gets_a_fresh_one(store, monkeypatch):
+    killed, killed_id = start_stage(store, "train@grpo", "kill")  # one killed run serves the three cases in turn
     killed.wait(timeout=60)
-    cfg = resolve({"profile": "smoke", "tracking": {"experiment_prefix": store.experiment.removesuffix("-smoke")},
-                   **change})
-    in_dvc(monkeypatch, "train@grpo", "exp-fresh")
-    started = time.time()
-    with Tracker(cfg, "train@grpo", resumable=True) as tracker:
-        time.sleep(0.3)
-        tracker.begin(*begin)
-        tracker.log_metrics({"loss": 0.9}, step=1)
-    assert tracker.run_id != killed_id and history(store, tracker.run_id) == [(1, 0.9)]
-    run = store.client.get_run(tracker.run_id)
-    assert run.data.tags[tracking.CHECKPOINT_TAG] == begin[0] and tracking.RESUMED_TAG not in run.data.tags
-    assert run.info.start_time < started * 1000 + 200  # the stage's start, not the moment it called begin
-    assert store.client.get_run(killed_id).info.status == "KILLED"
+    prefix = store.experiment.removesuffix("-smoke")
+    for begin, change in [(("fp", 0), {}),  # no checkpoint to resume: a fresh start
+                          (("other", 2), {}),  # another checkpoint (code or inputs changed)
+                          (("fp", 2), {"train": {"steps": 7}})]:  # other params (a budget the checkpoint does not pin)
+        cfg = resolve({"profile": "smoke", "tracking": {"experiment_prefix": prefix}, **change})
+        in_dvc(monkeypatch, "train@grpo", f"exp-fresh-{begin[0]}-{begin[1]}")
+        started = time.time()
+        with Tracker(cfg, "train@grpo", resumable=True) as tracker:
+            time.sleep(0.3)
+            tracker.begin(*begin)
+            tracker.log_metrics({"loss": 0.9}, step=1)
+        assert tracker.run_id != killed_id and history(store, tracker.run_id) == [(1, 0.9)], begin
+        run = store.client.get_run(tracker.run_id)
+        assert run.data.tags[tracking.CHECKPOINT_TAG] == begin[0] and tracking.RESUMED_TAG not in run.data.tags
+        assert run.info.start_time < started * 1000 + 200  # the stage's start, not the moment it called begin
+        assert store.client.get_run(killed_id).info.status == "KILLED"
 
 
 def test_a_resumable_stage_that_ends_before_begin_still_gets_its_run(store):
