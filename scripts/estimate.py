@@ -364,11 +364,26 @@ def machine_ratio() -> dict:
     training step profile_rollouts.json times against the recorded GRPO run's first step (plots/train/grpo.json). A
     diagnostic of the check only: the estimate never reads a recorded run."""
     bench = read("profile_rollouts.json")["cpu"]["train_step"]
-    first = json.loads((REPO / "plots" / "train" / "grpo.json").read_text())[0]
+    first = json.loads(recorded_grpo_history())[0]
     recorded_s = first["time_sampling_s"] + first["time_reward_s"]
     return {"bench_s": bench["wall_s"], "recorded_s": round(recorded_s, 1),
             "bench_mean_tokens": bench["mean_tokens"], "recorded_mean_tokens": first["completions/mean_length"],
             "ratio": round(bench["wall_s"] / recorded_s, 3)}
+
+
+def recorded_grpo_history() -> str:
+    """plots/train/grpo.json as committed with the recorded run's GRPO stage (default_run_wall_time.json): the first
+    commit that changed it after that stage finished, so a re-recording in progress does not replace it."""
+    import subprocess
+
+    finished = read("default_run_wall_time.json")["stages"]["train@grpo"]["finished"]
+    path = "plots/train/grpo.json"
+    commits = subprocess.run(["git", "log", "--reverse", f"--after={finished}", "--format=%H", "--", path], cwd=REPO,
+                             capture_output=True, text=True, check=True).stdout.split()
+    if not commits:
+        return (REPO / path).read_text()
+    return subprocess.run(["git", "show", f"{commits[0]}:{path}"], cwd=REPO, capture_output=True, text=True,
+                          check=True).stdout
 
 
 def at_speed(costs: Costs, factor: float) -> Costs:
