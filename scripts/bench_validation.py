@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -39,20 +38,15 @@ from lopd.core.sampling import SamplingParams  # noqa: E402
 from pipelines.common import BASE_MODEL_DIR, run_stage  # noqa: E402
 from pipelines.domains.code import training_tasks  # noqa: E402
 
+sys.path.insert(0, str(REPO / "scripts"))
+from estimate import recorded_grpo_history, train_stage, validation_points  # noqa: E402
+
 OUT = REPO / "reports" / "perf" / "validation_cost.json"
 RECORDED = REPO / "reports" / "perf" / "default_run_wall_time.json"
 LOCK = REPO / "dvc.lock"
-GRPO_HISTORY = REPO / "plots" / "train" / "grpo.json"
 DVC_STAGE_OVERHEAD_S = 10.0
 """DVC's own work around a stage (hashing, caching, starting its process): the recorded run's last `dvc repro` ran
 25 stages with 85.7 min of stage time in 89.7 min."""
-
-
-def validation_points(cfg) -> dict[str, int]:
-    """Validation points per code training stage: step 0, every train.val_every steps, and the last."""
-    return {("train_lopd" if m == "lopd" else f"train@{m}"):
-            math.ceil((cfg.method_sections[m].steps or cfg.train.steps) / cfg.train.val_every) + 1
-            for m in cfg.methods if m != "vanilla"}
 
 
 def recorded_validation_tasks(lock: dict) -> int | None:
@@ -125,12 +119,14 @@ def main() -> None:
     recorded = json.loads(RECORDED.read_text())
     reference = recorded_validation_tasks(yaml.safe_load(LOCK.read_text()))
     if reference in points and recorded.get("complete"):
-        first = json.loads(GRPO_HISTORY.read_text())[0]
+        first = json.loads(recorded_grpo_history())[0]
         here = first_grpo_batch(backend, tokenizer, resolve({"profile": args.profile,
                                                              "data": {"validation_tasks": reference}}))
         result["first_grpo_batch"] = {"here": here, "recorded": {"sampling_s": round(first["time_sampling_s"], 1),
                                                                  "mean_length": first["completions/mean_length"]}}
-        result["prediction"] = predict(points, recorded, reference, validation_points(cfg),
+        result["prediction"] = predict(points, recorded, reference,
+                                       {train_stage(m): validation_points(cfg, m)
+                                        for m in cfg.methods if m != "vanilla"},
                                        first["time_sampling_s"] / here["sampling_s"])
     else:
         result["prediction"] = (f"n/a: the recorded run validated on {reference} tasks, not measured here (--counts)"

@@ -249,6 +249,18 @@ def episodes(cfg: Config) -> Episodes:
                     context, ended.get("completed", 0) / sum(ended.values()))
 
 
+def train_stage(method: str) -> str:
+    """The DVC stage that trains `method` on code."""
+    return "train_lopd" if method == "lopd" else f"train@{method}"
+
+
+def validation_points(cfg: Config, method: str) -> int:
+    """How often `method`'s code training validates: at step 0, every train.val_every steps and the last."""
+    if not cfg.data.validation_tasks:
+        return 0
+    return math.ceil((cfg.method_sections[method].steps or cfg.train.steps) / cfg.train.val_every) + 1
+
+
 def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float], dict[str, int], list[str]]:
     """Seconds per stage of the DAG, the counts behind them, and the assumptions made."""
     counts = code_counts(cfg)
@@ -275,12 +287,12 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
 
     stage("prepare_model")
     for method in cfg.methods:
-        name = "train_lopd" if method == "lopd" else f"train@{method}"
+        name = train_stage(method)
         if method == "vanilla":
             stage(name)
             continue
         steps, rollouts = steps_of(method), cfg.train.rollouts_per_step
-        points = math.ceil(steps / cfg.train.val_every) + 1 if cfg.data.validation_tasks else 0
+        points = validation_points(cfg, method)
         trained = rollouts * shares["code"][method] * c.train_tokens
         work = steps * (step_sampling(rollouts) + c.optimizer_s + trained * c.update_s(method)) + points * validation_s
         if method == "skill_sd":  # a skill summary per rollout group after every step
