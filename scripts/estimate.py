@@ -27,6 +27,7 @@ import argparse
 import dataclasses
 import json
 import math
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -254,11 +255,16 @@ def train_stage(method: str) -> str:
     return "train_lopd" if method == "lopd" else f"train@{method}"
 
 
+def training_steps(cfg: Config, method: str) -> int:
+    """`method`'s code training steps: its own `steps`, else train.steps."""
+    return cfg.method_sections[method].steps or cfg.train.steps
+
+
 def validation_points(cfg: Config, method: str) -> int:
     """How often `method`'s code training validates: at step 0, every train.val_every steps and the last."""
     if not cfg.data.validation_tasks:
         return 0
-    return math.ceil((cfg.method_sections[method].steps or cfg.train.steps) / cfg.train.val_every) + 1
+    return math.ceil(training_steps(cfg, method) / cfg.train.val_every) + 1
 
 
 def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float], dict[str, int], list[str]]:
@@ -272,9 +278,6 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
 
     def stage(name: str, work_s: float = 0.0) -> None:
         stage_s[name] = c.startup_s + work_s * share
-
-    def steps_of(method: str) -> int:
-        return cfg.method_sections[method].steps or cfg.train.steps
 
     def step_sampling(rollouts: float) -> float:
         return rollouts * (c.train_tokens / c.train_rate + c.sandbox_s)
@@ -291,7 +294,7 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
         if method == "vanilla":
             stage(name)
             continue
-        steps, rollouts = steps_of(method), cfg.train.rollouts_per_step
+        steps, rollouts = training_steps(cfg, method), cfg.train.rollouts_per_step
         points = validation_points(cfg, method)
         trained = rollouts * shares["code"][method] * c.train_tokens
         work = steps * (step_sampling(rollouts) + c.optimizer_s + trained * c.update_s(method)) + points * validation_s
@@ -386,8 +389,6 @@ def machine_ratio() -> dict:
 def recorded_grpo_history() -> str:
     """plots/train/grpo.json as committed with the recorded run's GRPO stage (default_run_wall_time.json): the first
     commit that changed it after that stage finished, so a re-recording in progress does not replace it."""
-    import subprocess
-
     finished = read("default_run_wall_time.json")["stages"]["train@grpo"]["finished"]
     path = "plots/train/grpo.json"
     commits = subprocess.run(["git", "log", "--reverse", f"--after={finished}", "--format=%H", "--", path], cwd=REPO,
