@@ -35,14 +35,28 @@ EVIDENCE_COLUMNS = (("rollouts", "Rollouts"), ("reward_slope", "Reward slope / 1
                     ("reward_slope_low", "low"), ("reward_slope_high", "high"),
                     ("val_initial", "Val. reward, start"), ("val_final", "Val. reward, end"),
                     ("val_change", "Val. change"), ("val_change_low", "low"), ("val_change_high", "high"),
-                    ("rollouts_to_reference", "Rollouts to GRPO's final val."),
-                    ("reference_share", "Share of GRPO's rollouts"),
-                    ("vs_reference", "There − GRPO's final"), ("vs_reference_low", "low"),
-                    ("vs_reference_high", "high"))
+                    ("rollouts_to_final", "Rollouts to GRPO's final val."), ("final_share", "Share of GRPO's rollouts"),
+                    ("vs_final", "There − GRPO's final"), ("vs_final_low", "low"), ("vs_final_high", "high"),
+                    ("rollouts_to_best", "Rollouts to GRPO's best val."), ("best_share", "Share of GRPO's rollouts"),
+                    ("vs_best", "There − GRPO's best"), ("vs_best_low", "low"), ("vs_best_high", "high"))
 """The training-evidence table: per trained method, the per-step reward's OLS slope with its 95% CI, the held-out
-validation reward before and after training with the paired 95% CI of the change, and the sample-efficiency check:
-the rollouts at which the method first reached the reference's (GRPO's) final validation reward, as a share of the
-reference's rollouts, and the paired difference there (at the method's last point where it never reached it)."""
+validation reward before and after training with the paired 95% CI of the change, and the sample-efficiency check
+against two of the reference's (GRPO's) validation points, its final and its best (the first of its highest): the
+rollouts at which the method first reached that reward, as a share of the reference's rollouts, and the paired
+difference there (at the method's last point where it never reached it)."""
+
+
+def reference_comparison(validation: list[dict], target: dict, reference_rollouts: int) -> tuple:
+    """Against one validation point of the reference: the rollouts at the method's first point at or above its
+    reward (None if none is), those as a share of `reference_rollouts`, and the method's reward there (at its last
+    point where it never reached it) minus the target's, paired by task: (mean, CI low, CI high), or Nones for
+    validation sets of different sizes."""
+    reached = rollouts_to_reach(validation, target["val_reward"])
+    share = reached / reference_rollouts if reached is not None and reference_rollouts else None
+    there = next((v for v in validation if v["cumulative_rollouts"] == reached), validation[-1])
+    if len(there["val_rewards"]) != len(target["val_rewards"]):
+        return reached, share, None, None, None
+    return reached, share, *paired_bootstrap_diff(np.asarray(there["val_rewards"]), np.asarray(target["val_rewards"]))
 
 
 def evidence_row(history: list[dict], validation: list[dict], reference: list[dict]) -> dict[str, float | None]:
@@ -59,13 +73,9 @@ def evidence_row(history: list[dict], validation: list[dict], reference: list[di
         row.update(val_initial=first["val_reward"], val_final=last["val_reward"], val_change=change[0],
                    val_change_low=change[1], val_change_high=change[2])
     if validation and reference:
-        final = reference[-1]
-        reached = rollouts_to_reach(validation, final["val_reward"])
-        row["rollouts_to_reference"] = reached
-        if reached is not None and final["cumulative_rollouts"]:
-            row["reference_share"] = reached / final["cumulative_rollouts"]
-        there = next((v for v in validation if v["cumulative_rollouts"] == reached), validation[-1])
-        if len(there["val_rewards"]) == len(final["val_rewards"]):
-            diff = paired_bootstrap_diff(np.asarray(there["val_rewards"]), np.asarray(final["val_rewards"]))
-            row["vs_reference"], row["vs_reference_low"], row["vs_reference_high"] = diff
+        best = max(reference, key=lambda v: v["val_reward"])  # max keeps the first of equal rewards
+        for name, target in (("final", reference[-1]), ("best", best)):
+            values = reference_comparison(validation, target, reference[-1]["cumulative_rollouts"])
+            keys = (f"rollouts_to_{name}", f"{name}_share", f"vs_{name}", f"vs_{name}_low", f"vs_{name}_high")
+            row.update(zip(keys, values))
     return row

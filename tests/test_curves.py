@@ -46,28 +46,33 @@ def test_evidence_row_pairs_the_validation_change_by_task():
     assert row["val_change"] == pytest.approx(0.4)
     # per-task changes are [1, 0, 1, 0, 0]: every resample's mean lies in [0, 1]
     assert 0.0 <= row["val_change_low"] <= 0.4 <= row["val_change_high"] <= 1.0
-    assert row["rollouts_to_reference"] is None and row["vs_reference"] is None
+    assert row["rollouts_to_final"] is None and row["vs_final"] is None and row["vs_best"] is None
     bare = evidence_row(history[:2], [], reference=validation)
-    assert bare["reward_slope"] is None and bare["val_change"] is None and bare["rollouts_to_reference"] is None
+    assert bare["reward_slope"] is None and bare["val_change"] is None and bare["rollouts_to_final"] is None
 
 
 def point(rollouts: int, rewards: list[float]) -> dict:
     return {"cumulative_rollouts": rollouts, "val_reward": sum(rewards) / len(rewards), "val_rewards": rewards}
 
 
-def test_evidence_row_compares_with_the_reference_final_where_first_reached():
-    reference = [point(0, [0, 0, 1, 0, 1, 0]), point(256, [1, 0, 1, 1, 1, 0])]  # final 4/6
+def test_evidence_row_compares_with_the_reference_final_and_best_where_first_reached():
+    # best 5/6 at 128 (the first of two), final 4/6
+    reference = [point(0, [0, 0, 1, 0, 1, 0]), point(128, [1, 1, 1, 1, 1, 0]), point(192, [1, 1, 1, 1, 0, 1]),
+                 point(256, [1, 0, 1, 1, 1, 0])]
     validation = [point(0, [0, 0, 1, 0, 1, 0]), point(32, [1, 1, 1, 1, 0, 0]), point(64, [1, 1, 1, 1, 1, 1])]
     row = evidence_row([], validation, reference)
-    assert row["rollouts_to_reference"] == 32 and row["reference_share"] == pytest.approx(32 / 256)
+    assert row["rollouts_to_final"] == 32 and row["final_share"] == pytest.approx(32 / 256)
     # at 32 rollouts against the final, task by task: [0, 1, 0, 0, -1, 0]; the paired mean, not the 64-point's 2/6
-    assert row["vs_reference"] == pytest.approx(0.0)
-    assert -1.0 <= row["vs_reference_low"] < 0.0 < row["vs_reference_high"] <= 1.0
+    assert row["vs_final"] == pytest.approx(0.0)
+    assert -1.0 <= row["vs_final_low"] < 0.0 < row["vs_final_high"] <= 1.0
+    # the best is first reached at 64, a quarter of the reference's rollouts: [0, 0, 0, 0, 0, 1] against 128's
+    assert row["rollouts_to_best"] == 64 and row["best_share"] == pytest.approx(0.25)
+    assert row["vs_best"] == pytest.approx(1 / 6) and 0.0 <= row["vs_best_low"] <= 1 / 6 <= row["vs_best_high"]
     # never reached: the last point's difference, task by task [0, 0, 0, -1, -1, 0], not the first point's -4/6
     below = evidence_row([], [point(0, [0] * 6), point(64, [1, 0, 1, 0, 0, 0])], reference)
-    assert below["rollouts_to_reference"] is None and below["reference_share"] is None
-    assert below["vs_reference"] == pytest.approx(-2 / 6)
-    assert -1.0 <= below["vs_reference_low"] <= -2 / 6 <= below["vs_reference_high"] <= 0.0
+    assert below["rollouts_to_final"] is None and below["final_share"] is None
+    assert below["vs_final"] == pytest.approx(-2 / 6)
+    assert -1.0 <= below["vs_final_low"] <= -2 / 6 <= below["vs_final_high"] <= 0.0
     # validation sets of different sizes cannot be paired
     other = evidence_row([], [point(64, [1] * 8)], reference)
-    assert other["rollouts_to_reference"] == 64 and other["vs_reference"] is None
+    assert other["rollouts_to_final"] == 64 and other["vs_final"] is None
