@@ -1,5 +1,5 @@
 """Evidence from training curves: is a method's training reward rising beyond noise, how far its held-out validation
-reward moved, and how many rollouts one method needs to reach another's final validation reward (the paper's
+reward moved, and how many rollouts one method needs to reach another's final (or best) validation reward (the paper's
 sample-efficiency claim, checked on the validation curve rather than on the noisy per-step batch reward)."""
 
 from __future__ import annotations
