@@ -88,9 +88,11 @@ def test_the_launcher_refuses_before_anything_starts(tmp_path):
 
 
 def test_a_one_process_stage_says_so(tmp_path):
-    """latent_decode runs on one process whatever is asked for, and says why (here it then stops: no composer)."""
-    proc = _launch(tmp_path, "latent_decode", {"processes": 2})
+    """latent_decode runs on one process whatever is asked for, and says why; the stage it then starts stops at its
+    arguments (an unknown one), so the test never runs the real stage nor writes its outputs."""
+    proc = _launch(tmp_path, "latent_decode", {"processes": 2}, "--not-an-option")
     assert "launch: latent_decode runs on one process of the 2 asked for: a short diagnostic" in proc.stderr
+    assert proc.returncode == 2 and "unrecognized arguments: --not-an-option" in proc.stderr
 
 
 def test_a_stage_that_cannot_split_its_work_refuses_to_run_under_torchrun(tmp_path):
