@@ -8,7 +8,11 @@ reports/perf/default_run_wall_time.json. A stage with no such run (it ran elsewh
 cache) is listed as missing and the total is then a lower bound, as the file says. DVC's own work around a stage
 (hashing its inputs, caching its outputs) is not in the runs.
 
-Run: python scripts/wall_time.py [--experiment NAME] [--uri URI] [--out PATH]
+MLflow's store lives on the machine (~/.cache/lopd-suite), so a recording spread over sessions on fresh machines
+keeps each session's stages in a file of its own (`--out`) and the last session sums them: `--merge FILE...` fills a
+stage this machine has no run for from those files (the newest `finished` wins), and the entry says which file.
+
+Run: python scripts/wall_time.py [--experiment NAME] [--uri URI] [--out PATH] [--merge FILE ...]
 """
 
 from __future__ import annotations
@@ -40,6 +44,21 @@ def stage_wall_times(runs: Iterable[dict[str, Any]], stages: list[str]) -> dict[
             newest[run["stage"]] = run
     per_stage = {s: {"seconds": round((r["end"] - r["start"]).total_seconds() - r["paused_s"], 1),
                      "finished": r["end"].isoformat(), "commit": r["commit"]} for s in stages if (r := newest.get(s))}
+    missing = [s for s in stages if s not in per_stage]
+    return {"total_s": round(sum(v["seconds"] for v in per_stage.values()), 1), "complete": not missing,
+            "missing": missing, "stages": per_stage}
+
+
+def merge_earlier(result: dict[str, Any], earlier: dict[str, dict[str, Any]], stages: list[str]) -> dict[str, Any]:
+    """`result` (from `stage_wall_times`) with each of its missing stages taken from `earlier` (file name -> an
+    earlier output of this script) where one has it: the newest `finished` among them, marked with its file."""
+    per_stage = dict(result["stages"])
+    for stage in result["missing"]:
+        found = [{**entries["stages"][stage], "from": name} for name, entries in earlier.items()
+                 if stage in entries.get("stages", {})]
+        if found:
+            per_stage[stage] = max(found, key=lambda entry: entry["finished"])
+    per_stage = {s: per_stage[s] for s in stages if s in per_stage}
     missing = [s for s in stages if s not in per_stage]
     return {"total_s": round(sum(v["seconds"] for v in per_stage.values()), 1), "complete": not missing,
             "missing": missing, "stages": per_stage}
@@ -86,12 +105,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--experiment", help="MLflow experiment (default: <tracking.experiment_prefix>-<profile>)")
     parser.add_argument("--uri", help="tracking URI (default: params.yaml's tracking.mlflow_uri)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--merge", type=Path, nargs="+", default=[], metavar="FILE",
+                        help="earlier outputs of this script (other machines) for the stages with no run here")
     args = parser.parse_args(argv)
+    earlier = {}
+    for path in args.merge:
+        try:
+            earlier[path.name] = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            sys.exit(f"error: --merge {path}: {err}")
     runs, experiment, uri = mlflow_runs(args.experiment, args.uri)
-    result = stage_wall_times(runs, dag_stages())
+    stages = dag_stages()
+    result = merge_earlier(stage_wall_times(runs, stages), earlier, stages)
     result = {"experiment": experiment, "cpus": os.cpu_count(), "written": datetime.now().isoformat(timespec="seconds"),
               "note": ("every stage's newest finished workspace run" if result["complete"] else
-                       f"a lower bound: {len(result['missing'])} stages have no finished run in {uri}"), **result}
+                       f"a lower bound: {len(result['missing'])} stages have no finished run in {uri}")
+              + (f" (stages marked `from` were measured on other machines: {', '.join(earlier)})" if earlier else ""),
+              **result}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     for stage, v in result["stages"].items():

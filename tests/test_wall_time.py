@@ -36,3 +36,16 @@ def test_complete_when_every_stage_has_a_run(wall_time):
 def test_a_resumed_stage_counts_its_run_less_the_time_it_was_interrupted(wall_time):
     got = wall_time.stage_wall_times([_run("train", 0, 100, paused_s=1800.0)], ["train"])
     assert got["stages"]["train"]["seconds"] == 4200.0
+
+
+def test_stages_without_a_run_here_come_from_earlier_sessions_files(wall_time):
+    here = wall_time.stage_wall_times([_run("eval", 60, 3)], ["bank", "train", "eval"])
+    day1 = {"stages": {"bank": {"seconds": 600.0, "finished": "2026-01-01T00:10:00", "commit": "a"},
+                       "eval": {"seconds": 999.0, "finished": "2026-01-01T00:20:00", "commit": "a"}}}
+    day2 = {"stages": {"bank": {"seconds": 240.0, "finished": "2026-01-02T00:04:00", "commit": "b"}}}
+    got = wall_time.merge_earlier(here, {"day1.json": day1, "day2.json": day2}, ["bank", "train", "eval"])
+    assert got["stages"]["bank"] == {"seconds": 240.0, "finished": "2026-01-02T00:04:00", "commit": "b",
+                                     "from": "day2.json"}  # the newest of the files
+    assert got["stages"]["eval"]["seconds"] == 180.0 and "from" not in got["stages"]["eval"]  # a run here wins
+    assert got["missing"] == ["train"] and not got["complete"] and got["total_s"] == 420.0
+    assert list(got["stages"]) == ["bank", "eval"]  # in the DAG's order
