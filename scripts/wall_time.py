@@ -117,9 +117,10 @@ def main(argv: list[str] | None = None) -> None:
     runs, experiment, uri = mlflow_runs(args.experiment, args.uri)
     stages = dag_stages()
     result = merge_earlier(stage_wall_times(runs, stages), earlier, stages)
+    store = uri.replace(str(Path.home()), "~")  # the file is committed: no machine's absolute path in it
     result = {"experiment": experiment, "cpus": os.cpu_count(), "written": datetime.now().isoformat(timespec="seconds"),
               "note": ("every stage's newest finished workspace run" if result["complete"] else
-                       f"a lower bound: {len(result['missing'])} stages have no finished run in {uri}")
+                       f"a lower bound: {len(result['missing'])} stages have no finished run in {store}")
               + (f" (stages marked `from` were measured on other machines: {', '.join(earlier)})" if earlier else ""),
               **result}
     args.out.parent.mkdir(parents=True, exist_ok=True)
