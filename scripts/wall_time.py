@@ -55,7 +55,7 @@ def merge_earlier(result: dict[str, Any], earlier: dict[str, dict[str, Any]], st
     per_stage = dict(result["stages"])
     for stage in result["missing"]:
         found = [{**entries["stages"][stage], "from": name} for name, entries in earlier.items()
-                 if stage in entries.get("stages", {})]
+                 if stage in entries["stages"]]
         if found:
             per_stage[stage] = max(found, key=lambda entry: entry["finished"])
     per_stage = {s: per_stage[s] for s in stages if s in per_stage}
@@ -114,6 +114,8 @@ def main(argv: list[str] | None = None) -> None:
             earlier[path.name] = json.loads(path.read_text())
         except (OSError, ValueError) as err:
             sys.exit(f"error: --merge {path}: {err}")
+        if not isinstance(earlier[path.name], dict) or not isinstance(earlier[path.name].get("stages"), dict):
+            sys.exit(f"error: --merge {path}: no `stages` (not an output of scripts/wall_time.py)")
     runs, experiment, uri = mlflow_runs(args.experiment, args.uri)
     stages = dag_stages()
     result = merge_earlier(stage_wall_times(runs, stages), earlier, stages)

@@ -49,3 +49,12 @@ def test_stages_without_a_run_here_come_from_earlier_sessions_files(wall_time):
     assert got["stages"]["eval"]["seconds"] == 180.0 and "from" not in got["stages"]["eval"]  # a run here wins
     assert got["missing"] == ["train"] and not got["complete"] and got["total_s"] == 420.0
     assert list(got["stages"]) == ["bank", "eval"]  # in the DAG's order
+
+
+def test_a_merge_file_that_is_not_this_scripts_output_is_a_one_line_error(wall_time, tmp_path):
+    bad = tmp_path / "other.json"
+    bad.write_text('{"total_s": 1}')
+    with pytest.raises(SystemExit, match=r"^error: --merge .*other\.json: no `stages` \(not an output of "
+                                         r"scripts/wall_time\.py\)$"):
+        wall_time.main(["--merge", str(bad), "--out", str(tmp_path / "out.json")])
+    assert not (tmp_path / "out.json").exists()
