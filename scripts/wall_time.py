@@ -42,11 +42,9 @@ def stage_wall_times(runs: Iterable[dict[str, Any]], stages: list[str]) -> dict[
             continue
         if run["stage"] not in newest or run["start"] > newest[run["stage"]]["start"]:
             newest[run["stage"]] = run
-    per_stage = {s: {"seconds": round((r["end"] - r["start"]).total_seconds() - r["paused_s"], 1),
-                     "finished": r["end"].isoformat(), "commit": r["commit"]} for s in stages if (r := newest.get(s))}
-    missing = [s for s in stages if s not in per_stage]
-    return {"total_s": round(sum(v["seconds"] for v in per_stage.values()), 1), "complete": not missing,
-            "missing": missing, "stages": per_stage}
+    return summarise({s: {"seconds": round((r["end"] - r["start"]).total_seconds() - r["paused_s"], 1),
+                          "finished": r["end"].isoformat(), "commit": r["commit"]}
+                      for s in stages if (r := newest.get(s))}, stages)
 
 
 def merge_earlier(result: dict[str, Any], earlier: dict[str, dict[str, Any]], stages: list[str]) -> dict[str, Any]:
@@ -58,7 +56,11 @@ def merge_earlier(result: dict[str, Any], earlier: dict[str, dict[str, Any]], st
                  if stage in entries["stages"]]
         if found:
             per_stage[stage] = max(found, key=lambda entry: entry["finished"])
-    per_stage = {s: per_stage[s] for s in stages if s in per_stage}
+    return summarise({s: per_stage[s] for s in stages if s in per_stage}, stages)
+
+
+def summarise(per_stage: dict[str, dict[str, Any]], stages: list[str]) -> dict[str, Any]:
+    """The stage times `per_stage` (in `stages` order) with their sum and the stages of `stages` they lack."""
     missing = [s for s in stages if s not in per_stage]
     return {"total_s": round(sum(v["seconds"] for v in per_stage.values()), 1), "complete": not missing,
             "missing": missing, "stages": per_stage}
