@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: setup reproduce test smoke bench bench-gpu estimate exps compare gpu-check fig3 fig4 fig5
+.PHONY: setup reproduce test smoke learn bench bench-gpu estimate exps compare gpu-check fig3 fig4 fig5
 
 setup:
 	bash scripts/setup.sh
@@ -16,6 +16,12 @@ test: setup
 
 smoke: setup
 	dvc exp run -S profile=smoke
+
+# The learning race (pipelines/learn/dvc.yaml, which `dvc repro` alone does not run): every trained method on the same
+# held-in coding tasks, measured on them as it trains, with two controls (update off; GRPO's advantages negated).
+# Each stage resumes; a killed run loses at most its last measurement interval.
+learn: setup
+	dvc repro pipelines/learn/dvc.yaml
 
 bench: setup
 	python scripts/bench_rollout.py

@@ -20,6 +20,7 @@ from lopd.core.trajectory import TokenBatch, Trajectory
 class GRPO(Method):
     name = "grpo"
     teacher = "none"
+    uses_advantages = True
 
     def __init__(self, cfg: Config, domain: Domain):
         super().__init__(cfg, domain)

@@ -54,6 +54,7 @@ def render_skill(messages: Messages, skill: Skill) -> Messages:
 class SkillSD(SelfDistillation):
     name = "skill_sd"
     teacher = "live"
+    uses_advantages = True
 
     def __init__(self, cfg: Config, domain: Domain):
         super().__init__(cfg, domain)

@@ -141,3 +141,35 @@ def draw_dynamics(histories: dict[str, Sequence[dict]], validations: dict[str, S
     fig.suptitle(_fit(title, fig), fontsize=10)
     fig.tight_layout()
     return save(fig, path)
+
+
+def draw_race(panels: dict[str, dict[str, Sequence[dict]]], path: Path, title: str, intervals) -> list[Path]:
+    """The learning race in the shape of Fig. 4: per panel, each run's held-in reward against rollouts so far with its
+    95% CI band (`intervals(rewards) -> (low, high)`). A run's curve takes the colour of what its label names before
+    " · seed" (the method and its setting), so a second seed of the same is drawn in that colour, dashed."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.6 * len(panels), 3.9), squeeze=False)
+    colours: dict[str, str] = {}
+    for ax, (panel, runs) in zip(axes[0], panels.items()):
+        seen: set[str] = set()
+        for label, points in runs.items():
+            if not points:
+                continue
+            method = label.rsplit(" · seed", 1)[0]  # a seed's curve: its method's (and setting's) colour
+            colour = colours.setdefault(method, f"C{len(colours)}")
+            xs = [p["cumulative_rollouts"] for p in points]
+            ax.plot(xs, [p["val_reward"] for p in points], marker="o", markersize=3, color=colour, label=label,
+                    linestyle="--" if method in seen else "-")
+            seen.add(method)
+            bands = [intervals(p["val_rewards"]) for p in points]
+            ax.fill_between(xs, [b[0] for b in bands], [b[1] for b in bands], color=colour, alpha=0.12)
+        ax.set_title(panel, fontsize=9)
+        ax.set_xlabel("rollouts (generations)", fontsize=9)
+        ax.set_ylabel("held-in reward (mean of k samples; 95% CI)", fontsize=8)
+        ax.grid(alpha=0.3)
+        if ax.has_data():
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "n/a: no run has finished", ha="center", va="center", transform=ax.transAxes)
+    fig.suptitle(_fit(title, fig), fontsize=10)
+    fig.tight_layout()
+    return save(fig, path)

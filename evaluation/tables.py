@@ -277,9 +277,9 @@ def _marked(text: str, mark: int | None, best: str, second: str) -> str:
     return best.format(text) if mark == 1 else second.format(text) if mark == 2 else text
 
 
-def _plain(value: float | None, digits: int) -> str:
-    """A plain cell: counts (ints) as they are, other numbers to the table's digits."""
-    return "n/a" if value is None else str(value) if isinstance(value, int) else f"{value:.{digits}f}"
+def _plain(value: float | str | None, digits: int) -> str:
+    """A plain cell: counts (ints) and text as they are, other numbers to the table's digits."""
+    return "n/a" if value is None else str(value) if isinstance(value, (int, str)) else f"{value:.{digits}f}"
 
 
 def _md_table(columns: tuple[tuple[str, str], ...], rows: list[tuple[str, list[str]]],

@@ -38,6 +38,12 @@ CHECKPOINTS_DIR = REPO_ROOT / "checkpoints"
 METRICS_DIR = REPO_ROOT / "metrics"
 RESULTS_DIR = REPO_ROOT / "results"
 PLOTS_DIR = REPO_ROOT / "plots"
+LEARN_DIR = RESULTS_DIR / "learn"
+"""The learning race's outputs (pipelines/learn/dvc.yaml) but its plots: the held-in tasks, and its stages' metrics
+files under metrics/ here, apart from METRICS_DIR, which the paper's report reads whole (a race metric there would
+make the race a stage upstream of that report)."""
+LEARN_SELECTION = LEARN_DIR / "selection.json"
+"""The held-in tasks (stage learn_select)."""
 
 
 def parse_args(description: str, **arguments: dict[str, Any]) -> tuple[argparse.Namespace, Config]:
@@ -82,10 +88,13 @@ def domain_module(domain: str) -> str:
     return f"pipelines.domains.{domain}"
 
 
-DOMAIN_STAGES = ("pipelines.train", "pipelines.build_bank", "pipelines.cold_start")
+DOMAIN_STAGES = ("pipelines.train", "pipelines.build_bank", "pipelines.cold_start", "pipelines.learn_select",
+                 "pipelines.learn_race")
 """The CLIs that read their domain's training tasks through `training_domain` (by name, so the scan needs telling)."""
 METHOD_STAGES = ("pipelines.train",)
 """The CLIs that build their `--method` through the registry (by name)."""
+ANY_METHOD_STAGES = ("pipelines.learn_race",)
+"""The CLIs that build whichever method their params name (learn.runs): every method's file is their code."""
 LAUNCHER = "pipelines.launch"
 
 

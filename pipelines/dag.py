@@ -2,7 +2,8 @@
 
 A stage's code is the import closure (lopd.core.provenance) of the modules its command runs (pipelines.common.
 stage_modules). `python -m pipelines.dag` lists the stages whose code deps differ from it; `--write` rewrites them in
-dvc.yaml (data deps and comments stay). tests/test_dag.py fails when they differ, so run this after adding an import.
+dvc.yaml and pipelines/learn/dvc.yaml (data deps and comments stay). tests/test_dag.py fails when they differ, so run
+this after adding an import.
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ import argparse
 import shlex
 
 from lopd.core import registry
-from lopd.core.config import REPO_ROOT
+from lopd.core.config import REPO_ROOT, trained_methods
 from lopd.core.provenance import PACKAGES, source_files
-from pipelines.common import DOMAIN_STAGES, LAUNCHER, METHOD_STAGES, stage_module, stage_modules
+from pipelines.common import ANY_METHOD_STAGES, DOMAIN_STAGES, LAUNCHER, METHOD_STAGES, stage_module, stage_modules
 
 DVC_YAML = REPO_ROOT / "dvc.yaml"
+DVC_FILES = (DVC_YAML, REPO_ROOT / "pipelines" / "learn" / "dvc.yaml")
+"""The paper's pipeline (`dvc repro`) and the learning race (`make learn`), which `dvc repro` alone does not run."""
 METHOD_FILE = "baselines/${item.method}.py"
 """How a `train@<name>` matrix names its member's own method file (DVC cannot vary a matrix's deps otherwise)."""
 
@@ -29,8 +32,9 @@ def stage_code(cmd: str) -> set[str]:
     domain = (option("--domain") or "code") if module in DOMAIN_STAGES else None
     method = option("--method") if module in METHOD_STAGES else None
     launcher = [LAUNCHER] if argv[argv.index("-m") + 1] == LAUNCHER else []
-    return {f.relative_to(REPO_ROOT).as_posix()
-            for f in source_files([*launcher, *stage_modules(module, method, domain)])}
+    methods = trained_methods() if module in ANY_METHOD_STAGES else [method]
+    return {f.relative_to(REPO_ROOT).as_posix() for m in methods
+            for f in source_files([*launcher, *stage_modules(module, m, domain)])}
 
 
 def files_under(dep: str) -> set[str]:
@@ -78,19 +82,22 @@ def main() -> None:
 
     yaml = YAML()
     yaml.width = 120
-    doc = yaml.load(DVC_YAML)
     stale = []
-    for name, stage in doc["stages"].items():
-        stage = stage.get("do", stage)  # a foreach stage: its definition is under `do`
-        want = expected_code_deps(stage)
-        have = [d for d in stage["deps"] if is_code(d)]
-        if have != want:
-            stale.append(name)
-            data = [d for d in stage["deps"] if not is_code(d)]
-            stage["deps"].clear()
-            stage["deps"].extend([*data, *want])
-    if args.write and stale:
-        yaml.dump(doc, DVC_YAML)
+    for path in DVC_FILES:
+        doc = yaml.load(path)
+        changed = []
+        for name, stage in doc["stages"].items():
+            stage = stage.get("do", stage)  # a foreach stage: its definition is under `do`
+            want = expected_code_deps(stage)
+            have = [d for d in stage["deps"] if is_code(d)]
+            if have != want:
+                changed.append(name)
+                data = [d for d in stage["deps"] if not is_code(d)]
+                stage["deps"].clear()
+                stage["deps"].extend([*data, *want])
+        if args.write and changed:
+            yaml.dump(doc, path)
+        stale += changed
     print(("rewrote" if args.write else "stale:") + f" {', '.join(stale)}" if stale
           else "dvc.yaml code deps are up to date")
 

@@ -62,7 +62,7 @@ def class_doc(cls: type) -> str | None:
 
 def scalar(value: Any) -> str:
     """A value as YAML spells it on one line (flow style)."""
-    return yaml.safe_dump([value], default_flow_style=True, width=10_000).strip()[1:-1]
+    return yaml.safe_dump([value], default_flow_style=True, width=10_000, sort_keys=False).strip()[1:-1]
 
 
 def line(indent: str, key: str, value: Any, comment: str) -> list[str]:
@@ -87,7 +87,12 @@ def section_lines(key: str, cls: type, values: dict[str, Any]) -> list[str]:
             docs.update(docstrings(klass))
     out = line("", key, "", first_sentence(class_doc(cls)))
     for name, value in values.items():
-        out += line("  ", name, scalar(value), first_sentence(docs.get(name)))
+        if value and isinstance(value, dict) and all(isinstance(v, dict) for v in value.values()):
+            # named entries (learn.runs): one line each
+            out += line("  ", name, "", first_sentence(docs.get(name)))
+            out += [f"    {entry}: {scalar(fields)}" for entry, fields in value.items()]
+        else:
+            out += line("  ", name, scalar(value), first_sentence(docs.get(name)))
     return out
 
 

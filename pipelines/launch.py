@@ -20,10 +20,11 @@ import sys
 from lopd.core.config import REPO_ROOT, ConfigError, LaunchConfig, load_config, process_split_error
 
 MULTI_PROCESS = ("train", "build_bank", "cold_start", "evaluate", "evaluate_agentic", "evaluate_base_composer",
-                 "evaluate_agentic_base_composer")
+                 "evaluate_agentic_base_composer", "learn_race")
 """Stage CLIs that split their work over the processes (rollouts, batches, benchmark tasks, episodes); process 0
 writes the outputs."""
-ONE_PROCESS = {"latent_decode": "a short diagnostic: LM-head projections of 20 tasks' latents"}
+ONE_PROCESS = {"latent_decode": "a short diagnostic: LM-head projections of 20 tasks' latents",
+               "learn_select": "one screen of the candidate tasks by the base model"}
 """Stage CLIs that run under the launcher on one process whatever `launch.processes` says, and why. Every other
 stage (prepare_model, build_pool, report) uses no model on a device and runs as `python -m pipelines.<stage>`."""
 

@@ -32,7 +32,7 @@ from lopd.core.config import resolve  # noqa: E402
 from lopd.core.device import device  # noqa: E402
 from lopd.core.loop import validate  # noqa: E402
 from lopd.core.models import load_tokenizer  # noqa: E402
-from lopd.core.rollout import make_backend, sampling_params  # noqa: E402
+from lopd.core.rollout import greedy_params, make_backend, sampling_params  # noqa: E402
 from lopd.core.sampling import SamplingParams  # noqa: E402
 from pipelines.common import BASE_MODEL_DIR, run_stage  # noqa: E402
 from pipelines.domains.code import training_tasks  # noqa: E402
@@ -74,8 +74,8 @@ def main() -> None:
                                                             / len(rollouts), 1)}
         start = time.perf_counter()
         before = backend.stats["sampled_tokens"]
-        validate(backend, tokenizer, split.collect, split.validation, cfg.sampling.max_new_tokens, cfg.seed,
-                 Accelerator(cpu=device().type == "cpu"))
+        validate(backend, tokenizer, split.collect, split.validation, greedy_params(cfg.sampling.max_new_tokens), 1,
+                 cfg.seed, Accelerator(cpu=device().type == "cpu"))
         result["validation"] = part(time.perf_counter() - start, backend.stats["sampled_tokens"] - before,
                                     len(split.validation))
     result["eval"] = {}

@@ -33,7 +33,7 @@ from lopd.core.config import resolve  # noqa: E402
 from lopd.core.device import device  # noqa: E402
 from lopd.core.loop import tasks_for_step, validate  # noqa: E402
 from lopd.core.models import load_tokenizer  # noqa: E402
-from lopd.core.rollout import make_backend, sampling_params, step_seed  # noqa: E402
+from lopd.core.rollout import greedy_params, make_backend, sampling_params, step_seed  # noqa: E402
 from lopd.core.sampling import SamplingParams  # noqa: E402
 from pipelines.common import BASE_MODEL_DIR, run_stage  # noqa: E402
 from pipelines.domains.code import training_tasks  # noqa: E402
@@ -104,8 +104,8 @@ def main() -> None:
         counted = resolve({"profile": args.profile, "data": {"validation_tasks": count}})
         with training_tasks(counted) as split:
             before, start = backend.stats["sampled_tokens"], time.perf_counter()
-            scored = validate(backend, tokenizer, split.collect, split.validation, counted.sampling.max_new_tokens,
-                              counted.seed, accelerator)
+            scored = validate(backend, tokenizer, split.collect, split.validation,
+                              greedy_params(counted.sampling.max_new_tokens), 1, counted.seed, accelerator)
             wall_s = time.perf_counter() - start
             train_tasks = len(split.tasks)
         low, high = score_ci(np.asarray(scored["val_rewards"]))

@@ -1,5 +1,5 @@
 """`make estimate PROFILE=cpu GPUS=1 GPU=cpu`: the predicted wall time of every stage of `dvc repro` for a profile on
-a machine, before a long run.
+a machine, before a long run, and of the learning race (`make learn`).
 
 Every rate is a benchmark's, from reports/perf/ (never a recorded stage time: those are the check, `--check`):
 - profile_rollouts.json (scripts/bench_profile_rollouts.py): one training step's rollouts, one validation point and
@@ -355,6 +355,36 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
     return stage_s, {**counts, **{f"agentic.{k}": v for k, v in agentic.items()}}, assumptions
 
 
+def estimate_learn(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float], list[str]]:
+    """Seconds per stage of the learning race (`make learn`), and its assumptions: the selection's samples and step-0
+    measurement, then per run its steps (sampling, update) and its measurements (sampled at the training temperature,
+    so at the training rate)."""
+    learn, c, share = cfg.learn, costs, 1 / processes
+    tokens = min(c.train_tokens, learn.max_new_tokens)
+    per_sample = tokens / c.train_rate + c.sandbox_s
+    held_in = 0.5  # the held-in tasks are chosen for pass rates near 1/2
+    groups = {"grpo": cfg.section(GRPOConfig).group_size, "skill_sd": cfg.section(SkillSDConfig).group_size,
+              "sdpo": cfg.section(SDPOConfig).group_size}
+    candidates = min(learn.candidates or math.inf, code_counts(cfg)["train_tasks"])
+    measure_s = learn.tasks * learn.eval_samples * per_sample
+    stage_s = {"learn_select": c.startup_s + share * (candidates * learn.selection_samples * per_sample + measure_s)}
+    for name, run in learn.runs.items():
+        steps = run.steps or learn.steps
+        group = groups.get(run.method, 1)
+        trained = (1 - held_in ** group - (1 - held_in) ** group) if run.method in ("grpo", "skill_sd") else \
+            (1 - (1 - held_in) ** (group - 1)) if run.method == "sdpo" else 1.0
+        update = learn.rollouts_per_step * trained * tokens * c.update_s(run.method) + c.optimizer_s
+        points = math.ceil(steps / learn.eval_every)  # step 0 is learn_select's
+        stage_s[f"learn@{name}"] = c.startup_s + share * (steps * (learn.rollouts_per_step * per_sample + update)
+                                                           + points * measure_s)
+    stage_s["learn_report"] = c.startup_s
+    assumptions = [f"race rollouts and measurement samples: {tokens:.0f} tokens on average (the training mean, capped "
+                   f"at learn.max_new_tokens), sampled at the training rate",
+                   "held-in tasks pass half their samples: a GRPO/Skill-SD group is mixed, an SDPO rollout has a "
+                   "successful sibling, 7 times in 8"]
+    return stage_s, assumptions
+
+
 def domain_of(stage: str) -> str:
     return "agentic" if "agentic" in stage else "code"
 
@@ -435,6 +465,13 @@ def main() -> None:
         total = sum(s for stage, s in predicted.items() if domain_of(stage) == domain)
         print(f"  {domain + ' domain':<{width}} {total / 3600:8.2f} h")
     print(f"  {'total':<{width}} {sum(predicted.values()) / 3600:8.2f} h")
+    race, race_assumptions = estimate_learn(cfg, costs, args.gpus)
+    print("Estimated wall time of make learn (pipelines/learn/dvc.yaml; beside the stages above it reads: "
+          "prepare_model, build_bank, build_pool, cold_start):")
+    print("".join(f"  - {line}\n" for line in race_assumptions), end="")
+    for stage, seconds in race.items():
+        print(f"  {stage:<{width}} {seconds / 60:8.1f} min")
+    print(f"  {'learning race':<{width}} {sum(race.values()) / 3600:8.2f} h")
     if args.check:
         result = check(predicted)
         machine = machine_ratio()

@@ -245,7 +245,7 @@ def main() -> None:
             report[name] = part(args, Path(tmp))
             print(f"gpu-check: {name} {report[name]['status']} {report[name].get('reason', '')}", flush=True)
             args.out.write_text(json.dumps(report, indent=2) + "\n")  # after each part: a killed run keeps its parts
-    print(f"wrote {args.out}")
+    print(f"wrote {args.out}; next, with real weights: the learning race, `make learn` (docs/scale.md)")
     if any(report[name]["status"] == "failed" for name in parts):
         sys.exit("gpu-check: FAILED (see the report)")
 

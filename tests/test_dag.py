@@ -48,15 +48,19 @@ def test_every_stage_depends_on_exactly_the_code_it_imports():
     assert not problems, "\n".join(problems) + "\n(run `python -m pipelines.dag --write`)"
 
 
+RACE = {name for name, _, _ in STAGES if name.startswith("pipelines/learn/dvc.yaml:learn@")}
+"""The learning race's runs: each may build any method, so every method's file marks them all."""
+
+
 @pytest.mark.parametrize("touched, marked", [
-    # an LOPD-only file marks only the LOPD branch
+    # an LOPD-only file marks only the LOPD branch (and the race)
     ("lopd/latent/composer.py", {"cold_start", "train_lopd", "cold_start_agentic", "train_lopd_agentic",
-                                 "latent_decode", "eval_base_composer", "eval_agentic_base_composer"}),
-    # one baseline's file marks only that baseline's training
-    ("baselines/sdpo.py", {"train@sdpo", "train_agentic@sdpo"}),
-    # the loop marks every training stage, and nothing that does not train
+                                 "latent_decode", "eval_base_composer", "eval_agentic_base_composer"} | RACE),
+    # one baseline's file marks only that baseline's training (and the race)
+    ("baselines/sdpo.py", {"train@sdpo", "train_agentic@sdpo"} | RACE),
+    # the loop marks every training stage, and nothing that does not train but the race's measurement of step 0
     ("lopd/core/loop.py", {name for name, _, _ in STAGES if name.split("@")[0] in ("train", "train_agentic")}
-     | {"train_lopd", "train_lopd_agentic"}),
+     | {"train_lopd", "train_lopd_agentic", "pipelines/learn/dvc.yaml:learn_select"} | RACE),
     # the BFCL harness marks only the agentic evaluations
     ("evaluation/agentic/bfcl.py", {name for name, _, _ in STAGES if name.startswith("eval_agentic")}),
 ])
@@ -97,6 +101,10 @@ def test_every_stage_names_itself_as_dvc_does():
     for name, cmd, _ in STAGES:
         argv = shlex.split(cmd)
         module = stage_module(argv).removeprefix("pipelines.")
+        if name.startswith("pipelines/learn/dvc.yaml:"):  # the race's CLIs name their runs themselves
+            run = argv[argv.index("--run") + 1] if "--run" in argv else None
+            assert name.split(":")[1] == (f"learn@{run}" if run else module)
+            continue
         option = lambda flag: argv[argv.index(flag) + 1] if flag in argv else None  # noqa: E731
         domain = "agentic" if module.startswith("evaluate_agentic") else option("--domain") or "code"
         method = "base_composer" if module.endswith("_base_composer") else option("--method")

@@ -99,3 +99,17 @@ def test_make_estimate_prints_every_stage_and_its_assumptions(estimate, monkeypa
     monkeypatch.setattr(sys, "argv", ["estimate.py", "--profile", "paper"])
     with pytest.raises(SystemExit, match="no entry for profile paper"):
         estimate.main()
+
+
+def test_the_learning_race_is_estimated_stage_by_stage(estimate):
+    """`make estimate` also prices `make learn`: the selection, every run of learn.runs and the report; a LOPD run
+    costs more than a GRPO run of the same budget (its teacher and composer passes), and processes split the work."""
+    cfg = resolve({"profile": "cpu"})
+    costs = estimate.cpu_costs(cfg, None, None)
+    one, assumptions = estimate.estimate_learn(cfg, costs, 1)
+    assert list(one) == ["learn_select", *(f"learn@{name}" for name in cfg.learn.runs), "learn_report"]
+    assert one["learn@lopd"] > one["learn@grpo"] == one["learn@grpo_lr0"] > costs.startup_s
+    two, _ = estimate.estimate_learn(cfg, costs, 2)
+    for stage in one:
+        assert two[stage] - costs.startup_s == pytest.approx((one[stage] - costs.startup_s) / 2)
+    assert any("learn.max_new_tokens" in line for line in assumptions)

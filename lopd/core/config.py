@@ -213,11 +213,12 @@ class MethodConfig:
     """Optimizer steps (x train.rollouts_per_step rollouts); None = train.steps, the shared budget."""
     lr: float | None = None
     """AdamW learning rate of the policy; None = train.lr. A dense distillation signal moves every token's
-    distribution at once, so it can need a smaller step than GRPO's sparse one on the same model."""
+    distribution at once, so it can need a smaller step than GRPO's sparse one on the same model. 0 leaves the policy
+    as it starts (the learning race's control: `learn.runs`)."""
 
     def _check_steps(self, section: str) -> None:
         require(self.steps is None or self.steps >= 0, f"{section}.steps: must be >= 0 or null")
-        require(self.lr is None or self.lr > 0, f"{section}.lr: must be > 0 or null")
+        require(self.lr is None or self.lr >= 0, f"{section}.lr: must be >= 0 or null")
 
 
 @dataclass
@@ -440,6 +441,89 @@ class DataConfig:
         return resolve_path(self.shared_dir).joinpath(*parts)
 
 
+@dataclass
+class LearnRun:
+    """One run of the learning race: a trained method on the held-in tasks, with its own seed and, for tuning and the
+    controls, its own learning rate, step budget or sabotage."""
+
+    method: str = "grpo"
+    """A trained method of the registry."""
+    seed: int = 0
+    """The run's seed: task order and training samples (the measurement's samples follow `learn.eval_seed`)."""
+    lr: float | None = None
+    """The policy's learning rate; null = the method's own (its section's `lr`, else train.lr); 0 = the update is off
+    (the control that must show no change)."""
+    steps: int | None = None
+    """Optimizer steps; null = learn.steps."""
+    negate_advantages: bool = False
+    """Flip the sign of every advantage after the method computes them: a deliberately broken policy gradient (the
+    control whose reward must fall). Only for a method with group advantages."""
+
+    def check(self, name: str) -> None:
+        where = f"learn.runs.{name}"
+        trained = trained_methods()
+        require(self.method in trained,
+                f"{where}.method: {self.method!r} is not a trained method (known: {', '.join(trained)})")
+        require(self.lr is None or self.lr >= 0, f"{where}.lr: must be >= 0 or null")
+        require(self.steps is None or self.steps >= 1, f"{where}.steps: must be >= 1 or null")
+
+
+def trained_methods() -> list[str]:
+    """The registered methods that train: those whose params section is a `MethodConfig` (with its steps and lr)."""
+    return [name for name, spec in registry.METHODS.items() if issubclass(spec.config_class(), MethodConfig)]
+
+
+def default_learn_runs() -> dict[str, LearnRun]:
+    """Every trained method once, a second seed of GRPO and LOPD, and the two controls on GRPO."""
+    runs = {name: LearnRun(name) for name in trained_methods()}
+    return {**runs, "grpo_seed1": LearnRun("grpo", seed=1), "lopd_seed1": LearnRun("lopd", seed=1),
+            "grpo_lr0": LearnRun("grpo", lr=0.0), "grpo_negated": LearnRun("grpo", negate_advantages=True)}
+
+
+@dataclass
+class LearnConfig:
+    """The learning race (`make learn`, pipelines/learn/dvc.yaml; not part of the paper's pipeline): every method
+    trains on the same few held-in coding tasks and is measured on those same tasks as it goes, so a method whose
+    update works shows its reward rise within minutes on a CPU."""
+
+    candidates: int | None = None
+    """Training tasks screened for the race (the first N of the training split; null: all)."""
+    selection_samples: int = 8
+    """Samples of the base model per candidate task; a task qualifies when its pass rate over them lies strictly
+    between 0 and 1 (a group of rollouts then can disagree: GRPO has signal)."""
+    tasks: int = 16
+    """Held-in tasks: of the qualifying ones, those whose pass rate is closest to 1/2 (ties by task-id hash)."""
+    steps: int = 16
+    """Optimizer steps of every run (a run's own `steps` overrides)."""
+    rollouts_per_step: int = 16
+    """Rollouts per step for every method (GRPO: rollouts_per_step / group_size tasks x G)."""
+    max_new_tokens: int = 384
+    """Response budget of the race's rollouts and measurement samples."""
+    eval_samples: int = 4
+    """Samples per held-in task at each measurement, at the training temperature: the task's score is their mean
+    reward (its expected reward under the policy, which every method is meant to raise)."""
+    eval_every: int = 4
+    """A measurement before the first step, after every this many steps and after the last."""
+    eval_seed: int = 1000
+    """The measurement's sampling seed (per measurement point, the same in every run: the runs' points share their
+    sampling noise, and step 0 is the same base-model measurement in each). Not a run's seed, so the measurement
+    never replays the training samples."""
+    runs: dict[str, LearnRun] = field(default_factory=default_learn_runs)
+    """The race's runs by name (stages learn@<name>)."""
+
+    def __post_init__(self) -> None:
+        require(self.candidates is None or self.candidates >= 1, "learn.candidates: must be >= 1 or null")
+        require(self.selection_samples >= 2, "learn.selection_samples: must be >= 2 (a pass rate strictly between 0 "
+                                             "and 1 needs two samples)")
+        for name in ("tasks", "steps", "rollouts_per_step", "max_new_tokens", "eval_samples", "eval_every"):
+            require(getattr(self, name) >= 1, f"learn.{name}: must be >= 1")
+        require(bool(self.runs), "learn.runs: must name at least one run")
+        for name, run in self.runs.items():
+            run.check(name)
+            require(run.seed != self.eval_seed, f"learn.runs.{name}.seed: must differ from learn.eval_seed "
+                                                f"({self.eval_seed}), or the measurement replays training samples")
+
+
 LAUNCHERS = ("torchrun", "accelerate")
 
 
@@ -501,6 +585,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     launch: LaunchConfig = field(default_factory=LaunchConfig)
+    learn: LearnConfig = field(default_factory=LearnConfig)
     method_sections: dict[str, Any] = field(default_factory=lambda: {
         name: spec.config_class()() for name, spec in registry.METHODS.items()})
     """Each registered method's own section by name, an instance of its registry entry's config class."""
@@ -536,6 +621,8 @@ class Config:
                     f"train.rollouts_per_step: must be a multiple of {name}.group_size ({group})")
             require((self.agentic.rollouts_per_step or group) % group == 0,
                     f"agentic.rollouts_per_step: must be a multiple of {name}.group_size ({group})")
+            require(self.learn.rollouts_per_step % group == 0,
+                    f"learn.rollouts_per_step: must be a multiple of {name}.group_size ({group})")
         if isinstance(self.launch.processes, int):
             require(not (error := process_split_error(self, self.launch.processes)), f"launch.processes: {error}")
         self._require_training_steps()
@@ -626,6 +713,12 @@ def _require_complete(raw: dict[str, Any], sections: dict[str, Any], prefix: str
         if dataclasses.is_dataclass(hint):
             require(isinstance(raw[k], dict), f"{prefix}{k}: expected a mapping, got {type(raw[k]).__name__}")
             _require_complete(raw[k], {f.name: h for f, h in _fields(hint)}, f"{prefix}{k}.")
+        elif typing.get_origin(hint) is dict and dataclasses.is_dataclass(entry := typing.get_args(hint)[1]):
+            # a mapping of named entries (learn.runs): each entry complete too
+            require(isinstance(raw[k], dict), f"{prefix}{k}: expected a mapping, got {type(raw[k]).__name__}")
+            for name, value in raw[k].items():
+                require(isinstance(value, dict), f"{prefix}{k}.{name}: expected a mapping, got {type(value).__name__}")
+                _require_complete(value, {f.name: h for f, h in _fields(entry)}, f"{prefix}{k}.{name}.")
 
 
 def _require_finite(raw: Any, prefix: str = "") -> None:

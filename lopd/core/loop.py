@@ -58,6 +58,7 @@ from lopd.core.methods import Method, MethodContext, PolicyOutputs
 from lopd.core.models import check_weights, load_model, load_tokenizer
 from lopd.core.progress import progress, write
 from lopd.core.rollout import Rollouts, Task, greedy_params, make_backend, sampling_params, step_seed
+from lopd.core.sampling import SamplingParams
 from lopd.core.tracking import Tracker
 from lopd.core.trajectory import BEHAVIOUR_KEYS, Trajectory, collate
 
@@ -105,20 +106,24 @@ def reward_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
             "frac_reward_zero_std": torch.isclose(std_G, torch.zeros_like(std_G)).double().mean().item()}
 
 
-def validate(backend, tokenizer, collect: Rollouts, tasks: Sequence[Task], max_new_tokens: int, seed: int,
-             accelerator: Accelerator) -> dict[str, float]:
-    """The policy's greedy reward on the held-out validation tasks (each process plays its share), so a learning
-    curve is not the noise of each step's sampled batch; `val_rewards` holds each task's reward (in the order of the
-    processes' shares), for paired comparisons between validation points."""
+def validate(backend, tokenizer, collect: Rollouts, tasks: Sequence[Task], params: SamplingParams, samples: int,
+             seed: int, accelerator: Accelerator) -> dict[str, float]:
+    """The policy's reward on the validation tasks (each process plays its share), so a learning curve is not the noise
+    of each step's sampled batch: greedy with one sample per task, or `samples` per task at the training temperature,
+    a task's score then being their mean reward (its expected reward under the policy). `val_rewards` holds each
+    task's score (in the order of the processes' shares), for paired comparisons between validation points;
+    `val_success_rate` is the share of samples that pass."""
     rank, world = accelerator.process_index, accelerator.num_processes
     share = list(tasks)[rank::world]
-    played = collect(backend, tokenizer, share, greedy_params(max_new_tokens), seed, 1) if share else []
-    rewards = [t.reward for t in played]
+    played = collect(backend, tokenizer, share, params, seed, samples) if share else []
+    per_task = [played[i * samples:(i + 1) * samples] for i in range(len(share))]  # grouped by task, in order
+    scores = [(sum(t.reward for t in group) / samples, sum(t.reward >= 1.0 for t in group) / samples)
+              for group in per_task]
     if world > 1:
-        rewards = [r for part in gather_object([rewards]) for r in part]
-    n = len(rewards)
-    return {"val_reward": sum(rewards) / n, "val_success_rate": sum(r >= 1.0 for r in rewards) / n, "val_n": n,
-            "val_rewards": rewards}
+        scores = [pair for part in gather_object([scores]) for pair in part]
+    n = len(scores)
+    return {"val_reward": sum(r for r, _ in scores) / n, "val_success_rate": sum(s for _, s in scores) / n,
+            "val_n": n, "val_rewards": [r for r, _ in scores]}
 
 
 def policy_optimizer(model: torch.nn.Module, method: Method, cfg: Config) -> torch.optim.AdamW:
@@ -191,6 +196,22 @@ def update(model, optimizer, accelerator: Accelerator, method: Method, trajector
     return reduce_metrics(totals, action_tokens) if not single else totals
 
 
+@dataclass(frozen=True)
+class SampledValidation:
+    """Validation points that sample instead of decoding greedily: `samples` per task at the run's sampling params, a
+    task's score their mean reward (its expected reward under the policy). Point `step` draws from `point_seed(step)`,
+    a function of `seed` alone, so every run with this `seed` draws the same at the same step, and (with a `seed`
+    that is not the run's) never replays the run's training samples. `step0`: the step-0 point already measured
+    this way (same weights, same draws: `validate`'s result), taken instead of measuring it again."""
+
+    samples: int
+    seed: int
+    step0: dict | None = None
+
+    def point_seed(self, step: int, rank: int = 0) -> int:
+        return step_seed(self.seed, step, rank)
+
+
 @dataclass
 class Run:
     """What a training run holds between its steps: built by `setup`, advanced by `train_step`, closed by `finish`."""
@@ -210,6 +231,8 @@ class Run:
     start_step: int = 0
     history: list[dict] = field(default_factory=list)
     validated: list[dict] = field(default_factory=list)
+    sampled: SampledValidation | None = None
+    """How validation points sample (None: greedy, one sample per task)."""
 
     @property
     def rank(self) -> int:
@@ -226,10 +249,11 @@ class Run:
 
 def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts, base_dir: str | Path,
           out_dir: str | Path, tracker: Tracker | None = None,
-          stage_modules: Sequence[str] = (checkpoint.STAGE_MODULE,), validation: Sequence[Task] = ()) -> dict:
-    """Run (or resume) the on-policy loop; returns {"history": [per-step metrics], "validation": [greedy reward on
-    the `validation` tasks at step 0, every train.val_every steps and the last step]} (a resumed run's include the
-    steps before the resume).
+          stage_modules: Sequence[str] = (checkpoint.STAGE_MODULE,), validation: Sequence[Task] = (),
+          sampled: SampledValidation | None = None) -> dict:
+    """Run (or resume) the on-policy loop; returns {"history": [per-step metrics], "validation": [reward on the
+    `validation` tasks at step 0, every train.val_every steps and the last step]} (a resumed run's include the
+    steps before the resume). Validation is greedy, one sample per task, unless `sampled` says otherwise.
     `stage_modules` are the modules the calling stage runs (pipelines.common.stage_modules): with the method's
     module, their import closure is the code a checkpoint must match to be resumed."""
     out_dir = Path(out_dir)
@@ -238,6 +262,7 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
         checkpoint.write_manifest(out_dir, method.name, 0, weights="base")
         return {"history": [], "validation": []}
     run = setup(cfg, method, tasks, base_dir, out_dir, stage_modules, tracker)
+    run.sampled = sampled
     run.log(f"[{method.name}] training on {device()} x {run.world} process(es), rollouts by "
             f"{type(run.backend).__name__}")
     if validation and run.start_step == 0:
@@ -339,15 +364,23 @@ def restore(run: Run, sharded: bool) -> None:
 def validate_run(run: Run, collect: Rollouts, validation: Sequence[Task], step: int, tracker: Tracker | None) -> None:
     """A validation point after `step` steps, appended to the run's, logged and tracked."""
     cfg = run.cfg
-    record = {"step": step, "cumulative_rollouts": step * cfg.train.rollouts_per_step,
-              **validate(run.backend, run.tokenizer, collect, validation, cfg.sampling.max_new_tokens,
-                         step_seed(cfg.seed, step, run.rank), run.accelerator)}
+    sampled = run.sampled
+    if sampled and step == 0 and sampled.step0 is not None:
+        measured = sampled.step0
+    elif sampled:
+        measured = validate(run.backend, run.tokenizer, collect, validation,
+                            sampling_params(cfg, cfg.sampling.max_new_tokens), sampled.samples,
+                            sampled.point_seed(step, run.rank), run.accelerator)
+    else:  # greedy: the seed draws nothing
+        measured = validate(run.backend, run.tokenizer, collect, validation, greedy_params(cfg.sampling.max_new_tokens),
+                            1, step_seed(cfg.seed, step, run.rank), run.accelerator)
+    record = {"step": step, "cumulative_rollouts": step * cfg.train.rollouts_per_step, **measured}
     run.validated.append(record)
     if tracker:
         tracker.log_metrics({k: v for k, v in record.items() if k.startswith("val_") and k != "val_rewards"},
                             step=step)
     run.log(f"[{run.method.name}] validation after step {step}: reward {record['val_reward']:.3f} over "
-            f"{record['val_n']} held-out tasks")
+            f"{record['val_n']} validation tasks")
 
 
 def train_step(run: Run, collect: Rollouts, tasks: Sequence[Task], step: int) -> tuple[dict[str, float], float]:

@@ -113,6 +113,8 @@ class Method(ABC):
     name: str
     teacher: TeacherKind = "none"
     trains: bool = True
+    uses_advantages: bool = False
+    """Its loss weighs each trajectory's tokens by `trajectory.advantage`, which its `prepare` sets."""
 
     def __init__(self, cfg: Config, domain: Domain):
         self.cfg, self.domain = cfg, domain

@@ -1,0 +1,128 @@
+"""Stage `learn@<run>` (the learning race, pipelines/learn/dvc.yaml): one run of `learn.runs` trains its method with
+the shared loop on the held-in tasks (stage learn_select) and measures it on those same tasks before the first step,
+every `learn.eval_every` steps and after the last: the mean reward of `learn.eval_samples` samples per task at the
+training temperature, drawn from `learn.eval_seed` (the same draws in every run; step 0 is learn_select's). The run's
+config is the pipeline's with the race's budgets and the run's seed, learning rate and step count (`race_config`).
+Writes the measurement points (plots/learn/<run>.json), the per-step history with the method's own objective
+(plots/learn/<run>_steps.json) and the run's summary (results/learn/metrics/<run>.json); the checkpoint
+(checkpoints/learn/<run>, where a killed run resumes) is removed once they are written."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+
+from accelerate import PartialState
+
+from evaluation.learning_race import race_row
+from lopd.core.config import Config, ConfigError, build_config
+from lopd.core.distributed import ProcessSplitError
+from lopd.core.jsonl import read_json
+from lopd.core.loop import MethodInputError, SampledValidation, train
+from lopd.core.methods import Method
+from lopd.core.rollout import Task, check_backend
+from lopd.core.tracking import Tracker
+from pipelines.common import (
+    BASE_MODEL_DIR,
+    CHECKPOINTS_DIR,
+    LEARN_DIR,
+    LEARN_SELECTION,
+    PLOTS_DIR,
+    build_method,
+    parse_args,
+    record_metrics,
+    run_stage,
+    stage_modules,
+    training_domain,
+    write_history,
+)
+
+CALLS = {"up": 1, "no change": 0, "down": -1}
+"""A run's call (`evaluation.learning_race.verdict`) as the number its metrics file holds."""
+
+
+def race_config(cfg: Config, name: str) -> Config:
+    """The config run `name` of `learn.runs` trains with: the pipeline's, with the run's seed, the race's rollouts per
+    step, response budget and measurement cadence (checkpoints at each measurement), and the method's step budget and
+    learning rate set to the run's (a null lr keeps the method's own)."""
+    if name not in cfg.learn.runs:
+        raise ConfigError(f"learn.runs: no run named {name!r} (runs: {', '.join(cfg.learn.runs)})")
+    learn, run = cfg.learn, cfg.learn.runs[name]
+    raw = cfg.to_dict()
+    raw["seed"] = run.seed
+    raw["sampling"]["max_new_tokens"] = learn.max_new_tokens
+    raw["train"].update(rollouts_per_step=learn.rollouts_per_step, val_every=learn.eval_every,
+                        save_every=learn.eval_every)
+    raw[run.method]["steps"] = run.steps or learn.steps
+    if run.lr is not None:
+        raw[run.method]["lr"] = run.lr
+    return build_config(raw)
+
+
+def negate_advantages(method: Method, run: str) -> Method:
+    """The broken control: `method` with every advantage its `prepare` computes sign-flipped, so its policy gradient
+    climbs down the reward. A method that computes no advantages is refused (the control would not be broken)."""
+    if not method.uses_advantages:
+        raise ConfigError(f"learn.runs.{run}.negate_advantages: {method.name}'s loss uses no advantages to negate")
+    prepare = method.prepare
+
+    def negated(trajectories) -> None:
+        prepare(trajectories)
+        for trajectory in trajectories:
+            trajectory.advantage = -trajectory.advantage
+
+    method.prepare = negated
+    return method
+
+
+def held_in_tasks(tasks: list[Task], held_in: list[str]) -> list[Task]:
+    """The training split's held-in tasks, in the selection's order."""
+    by_id = {t.task_id: t for t in tasks}
+    if missing := [task for task in held_in if task not in by_id]:
+        raise ConfigError(f"{LEARN_SELECTION}: held-in task {missing[0]!r} is not in the training split (run: dvc "
+                          "repro pipelines/learn/dvc.yaml:learn_select)")
+    return [by_id[task] for task in held_in]
+
+
+def main() -> None:
+    args, cfg = parse_args(__doc__, run={"required": True, "help": "the run's name in learn.runs, e.g. grpo_seed1"})
+    check_backend(cfg, BASE_MODEL_DIR)  # before any work: the rollout engine can run this model
+    run_cfg = race_config(cfg, args.run)
+    spec = cfg.learn.runs[args.run]
+    method = build_method(spec.method, run_cfg)
+    if spec.negate_advantages:
+        method = negate_advantages(method, args.run)
+    stage, checkpoint = f"learn@{args.run}", CHECKPOINTS_DIR / "learn" / args.run
+    with (Tracker(run_cfg, stage, system_metrics=True, resumable=True) as tracker,
+          training_domain(run_cfg, "code") as (tasks, collect, _, _)):
+        selection = read_json(LEARN_SELECTION)
+        held_in = held_in_tasks(tasks, selection["held_in"])
+        reads = method.inputs
+        method.inputs = lambda: [*reads(), LEARN_SELECTION]  # another selection: a checkpoint to start afresh from
+        start = time.perf_counter()
+        try:
+            result = train(run_cfg, method, held_in, collect, BASE_MODEL_DIR, checkpoint, tracker,
+                           stage_modules("pipelines.learn_race", domain="code"), held_in,
+                           SampledValidation(cfg.learn.eval_samples, cfg.learn.eval_seed, selection["step0"]))
+        except (FileNotFoundError, MethodInputError, ProcessSplitError) as err:  # e.g. a missing upstream output
+            sys.exit(f"error: {err}")
+        if not PartialState().is_main_process:  # one process writes the run's outputs
+            return
+        history, points = result["history"], result["validation"]
+        row = race_row(points, history, [])
+        summary = {**{k: v for k, v in row.items() if k != "call"}, "call": CALLS[row["call"]], "seed": spec.seed,
+                   "lr": method.lr(run_cfg), "wall_s": round(time.perf_counter() - start, 1)}
+        points_path, history_path = (PLOTS_DIR / "learn" / f"{args.run}{suffix}.json" for suffix in ("", "_steps"))
+        write_history(points_path, points)
+        write_history(history_path, history)
+        for path in (points_path, history_path):
+            tracker.log_artifact(path)
+        record_metrics(tracker, LEARN_DIR / "metrics" / f"{args.run}.json", stage, summary)
+    shutil.rmtree(checkpoint)  # only a killed run needs it: the weights are not an output of the race
+    print(f"{stage}: held-in reward {row['start']:.3f} -> {row['end']:.3f} ({row['change']:+.3f} "
+          f"[{row['change_low']:+.3f}, {row['change_high']:+.3f}], {row['call']}); wrote {points_path}")
+
+
+if __name__ == "__main__":
+    run_stage(main)

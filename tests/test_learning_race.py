@@ -1,0 +1,177 @@
+"""The learning race's mechanics (`make learn`): the held-in task selection, sampled measurement points through the
+shared loop (step 0 shared, the same draws in every run), a run's config and controls, and the verdicts, figure and
+table, each against a brute-force reference or on the tiny model."""
+
+import hashlib
+import random
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from baselines.grpo import GRPO
+from baselines.opsd import OPSD
+from evaluation.learning_race import pass_rates, race_row, select_tasks, verdict
+from lopd.core.checkpoint import policy_dir
+from lopd.core.config import ConfigError, resolve
+from lopd.core.domain import Domain
+from lopd.core.loop import SampledValidation, train
+from lopd.core.rollout import Task, single_turn
+from lopd.core.trajectory import Trajectory, Turn
+from pipelines.learn_race import negate_advantages, race_config
+from pipelines.learn_report import race_table, reference_run, run_label
+
+TASKS = [Task(f"t{i}", [{"role": "user", "content": f"Write a function about {i}."}]) for i in range(4)]
+NO_DOMAIN = Domain.scratch("unused")
+
+
+def _coin(tasks, completions):
+    """A reward that differs between samples of a task (a hash of the completion), so points are fractional."""
+    return [float(hashlib.sha256(c.encode()).digest()[0] % 2) for c in completions]
+
+
+def test_select_tasks_matches_brute_force():
+    rng = random.Random(0)
+    for _ in range(50):
+        rates = {f"task{i}": rng.choice([0.0, 0.25, 0.5, 0.75, 1.0]) for i in range(rng.randint(0, 12))}
+        n = rng.randint(1, 8)
+
+        def better(a, b):  # a ranks before b: nearer 1/2, ties by the id's sha256
+            key = lambda t: (abs(rates[t] - 0.5), hashlib.sha256(t.encode()).hexdigest())  # noqa: E731
+            return key(a) < key(b)
+
+        mixed = [t for t, r in rates.items() if r not in (0.0, 1.0)]
+        rank = {t: sum(better(o, t) for o in mixed) for t in mixed}
+        assert select_tasks(rates, n) == sorted((t for t in mixed if rank[t] < n), key=rank.get)
+
+
+def test_pass_rates_are_each_tasks_mean_in_first_seen_order():
+    assert pass_rates(["b", "a", "b", "a", "b"], [1.0, 0.0, 0.0, 0.0, 1.0]) == {"b": 2 / 3, "a": 0.0}
+
+
+def _point(step, rewards):
+    return {"step": step, "cumulative_rollouts": 8 * step, "val_reward": float(np.mean(rewards)),
+            "val_rewards": list(rewards), "val_n": len(rewards), "val_success_rate": 0.0}
+
+
+def test_race_row_against_direct_computations():
+    rng = np.random.default_rng(1)
+    start = rng.choice([0.0, 0.25, 0.5, 0.75], size=12)
+    points = [_point(0, start), _point(4, np.clip(start + 0.25, 0, 1)), _point(8, np.clip(start + 0.5, 0, 1))]
+    history = [{"cumulative_rollouts": 8 * s, "reward": 0.1 * s, "kl_mean": 1.0 / s} for s in range(1, 9)]
+    reference = [_point(0, start), _point(8, np.clip(start + 0.25, 0, 1))]
+    row = race_row(points, history, reference)
+    assert row["change"] == pytest.approx(points[-1]["val_reward"] - points[0]["val_reward"])
+    assert row["change_low"] > 0 and row["call"] == "up"
+    # the first point at or above the reference's final reward
+    assert row["rollouts_to_grpo_final"] == next(p["cumulative_rollouts"] for p in points
+                                                 if p["val_reward"] >= reference[-1]["val_reward"]) == 32
+    slope = np.polyfit([h["cumulative_rollouts"] for h in history], [h["kl_mean"] for h in history], 1)[0]
+    assert row["kl_mean_slope"] == pytest.approx(1000 * slope)
+    assert (row["kl_mean_first"], row["kl_mean_last"]) == (1.0, 1 / 8)
+    assert "privilege_margin_first" not in row  # only what the method logs
+    flat = race_row([_point(0, start), _point(8, start)], history, [])
+    assert (flat["change"], flat["call"], flat["rollouts_to_grpo_final"]) == (0.0, "no change", None)
+
+
+@pytest.mark.parametrize("low, high, call", [(0.01, 0.2, "up"), (-0.2, -0.01, "down"), (-0.1, 0.1, "no change"),
+                                             (0.0, 0.2, "no change")])
+def test_a_change_is_called_only_where_its_ci_excludes_zero(low, high, call):
+    assert verdict(low, high) == call
+
+
+def test_a_runs_config_is_the_pipelines_with_the_race_budgets_and_the_runs_overrides():
+    cfg = resolve({"profile": "cpu", "learn": {"runs": {
+        "sdpo": {"method": "sdpo", "seed": 0, "lr": None, "steps": None, "negate_advantages": False},
+        "grpo_lr0": {"method": "grpo", "seed": 3, "lr": 0.0, "steps": 5, "negate_advantages": False}}}})
+    sdpo, off = race_config(cfg, "sdpo"), race_config(cfg, "grpo_lr0")
+    assert sdpo.sampling.max_new_tokens == off.sampling.max_new_tokens == cfg.learn.max_new_tokens
+    assert sdpo.train.rollouts_per_step == cfg.learn.rollouts_per_step
+    assert sdpo.train.val_every == sdpo.train.save_every == cfg.learn.eval_every
+    assert sdpo.method_sections["sdpo"].steps == cfg.learn.steps and off.method_sections["grpo"].steps == 5
+    assert sdpo.method_sections["sdpo"].lr == cfg.method_sections["sdpo"].lr  # null keeps the method's own
+    assert off.method_sections["grpo"].lr == 0.0 and (sdpo.seed, off.seed) == (0, 3)
+    assert GRPO(off, NO_DOMAIN).lr(off) == 0.0
+    with pytest.raises(ConfigError, match="learn.runs: no run named 'nope'"):
+        race_config(cfg, "nope")
+
+
+def _trajectory(group, reward):
+    return Trajectory(task_id=f"t{group}", group=group, turns=[Turn([1], [2], [0.0])], reward=reward)
+
+
+def test_negated_advantages_flip_grpos_and_a_method_without_advantages_is_refused():
+    cfg = resolve({"profile": "smoke"})
+    plain, broken = GRPO(cfg, NO_DOMAIN), negate_advantages(GRPO(cfg, NO_DOMAIN), "grpo_negated")
+    rewards = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0]
+    a, b = ([_trajectory(i // 4, r) for i, r in enumerate(rewards)] for _ in range(2))
+    plain.prepare(a)
+    broken.prepare(b)
+    assert any(t.advantage for t in a)
+    assert [t.advantage for t in b] == [-t.advantage for t in a]
+    with pytest.raises(ConfigError, match="learn.runs.x.negate_advantages: opsd's loss uses no advantages"):
+        negate_advantages(OPSD(cfg, NO_DOMAIN), "x")
+
+
+def _race(tiny_model_dir, out, lr, seed, sampled):
+    cfg = resolve({"profile": "smoke", "seed": seed, "grpo": {"lr": lr},
+                   "train": {"steps": 2, "save_every": 1, "val_every": 1}})
+    return train(cfg, GRPO(cfg, NO_DOMAIN), TASKS, single_turn(_coin), tiny_model_dir, out, validation=TASKS,
+                 sampled=sampled)
+
+
+def test_sampled_points_share_their_draws_over_runs_and_the_update_off_changes_nothing(tiny_model_dir, tmp_path):
+    measure = SampledValidation(samples=2, seed=1000)
+    off_a = _race(tiny_model_dir, tmp_path / "a", 0.0, 0, measure)
+    off_b = _race(tiny_model_dir, tmp_path / "b", 0.0, 1, measure)  # another run seed: other training samples
+    points = off_a["validation"]
+    assert [(p["step"], p["val_n"]) for p in points] == [(0, 4), (1, 4), (2, 4)]
+    # a task's score is the mean of its 2 samples' rewards
+    assert all(r in (0.0, 0.5, 1.0) for p in points for r in p["val_rewards"])
+    assert any(r == 0.5 for p in points for r in p["val_rewards"]), "the coin reward should split some samples"
+    # lr 0: the weights never move, so every run measures the same model with the same draws at each point
+    assert points == off_b["validation"]
+    base = load_file(str(tiny_model_dir / "model.safetensors"))
+    final = load_file(str(policy_dir(tmp_path / "a", tiny_model_dir) / "model.safetensors"))
+    assert all(torch.equal(final[k], base[k]) for k in base)
+    # the points draw afresh at each step: not one sample replayed
+    assert points[0]["val_rewards"] != points[1]["val_rewards"] or points[1]["val_rewards"] != points[2]["val_rewards"]
+    # a step 0 measured elsewhere (learn_select's) is taken as it is, and the later points still measured
+    given = {**{k: v for k, v in points[0].items() if k.startswith("val_")}, "val_reward": 0.123}
+    shared = _race(tiny_model_dir, tmp_path / "c", 0.0, 0, SampledValidation(2, 1000, given))["validation"]
+    assert shared[0]["val_reward"] == 0.123 and shared[1:] == points[1:]
+
+
+def test_report_table_calls_each_run_against_grpo_and_marks_missing_runs():
+    cfg = resolve({"profile": "cpu"})
+    runs = cfg.learn.runs
+    start = [0.25, 0.5, 0.5, 0.75] * 3
+    up, down = [min(1.0, s + 0.25) for s in start], [max(0.0, s - 0.25) for s in start]
+    points = {"grpo": [_point(0, start), _point(8, up)], "grpo_lr0": [_point(0, start), _point(8, start)],
+              "grpo_negated": [_point(0, start), _point(8, down)], "lopd": [_point(0, start), _point(4, up)]}
+    histories = {name: [{"cumulative_rollouts": 8, "reward": 0.5}] for name in points}
+    histories["lopd"] = [{"cumulative_rollouts": 8 * s, "reward": 0.5, "kl_mean": 0.1 / s, "privilege_margin": 0.01,
+                          "beta_next": 0.05 * s} for s in range(1, 5)]
+    assert reference_run(runs) == "grpo"
+    table, results = race_table(runs, points, histories, "grpo")
+    rows = {label.split("(")[-1].rstrip(")"): cells for label, cells in table.rows}  # "GRPO · seed 0 (grpo)"
+    assert [results[n]["call"] for n in ("grpo", "grpo_lr0", "grpo_negated")] == ["up", "no change", "down"]
+    assert rows["lopd"]["rollouts_to_grpo_final"] == 32 and rows["grpo_negated"]["rollouts_to_grpo_final"] == \
+        "not reached"
+    assert rows["lopd"]["objective"].startswith("KL to teacher 0.1 → 0.025; Δ 0.01 → 0.01; β 0.05 → 0.2")
+    assert rows["sdft"]["change"] is None and set(results) == set(points)  # not run: a row of n/a
+    assert run_label(runs["grpo_lr0"]) == "GRPO · lr 0 · seed 0"
+    assert run_label(runs["grpo_negated"]) == "GRPO · negated advantages · seed 0"
+
+
+def test_the_race_figure_draws_every_panel_and_says_when_none_has_run(tmp_path):
+    from evaluation.paper_figures import draw_race
+    from evaluation.stats import score_ci
+
+    start = [0.25, 0.5, 0.75, 0.5]
+    panels = {"Methods": {"GRPO · seed 0": [_point(0, start), _point(4, start)], "GRPO · seed 1": [_point(0, start)],
+                          "SDFT · seed 0": []},
+              "Controls (against GRPO)": {"GRPO · lr 0 · seed 0": []}}
+    files = draw_race(panels, tmp_path / "race.png", "a title", score_ci)
+    assert [f.suffix for f in files] == [".png", ".pdf"] and all(f.stat().st_size > 0 for f in files)
