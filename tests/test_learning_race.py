@@ -3,6 +3,7 @@ shared loop (step 0 shared, the same draws in every run), a run's config and con
 table, each against a brute-force reference or on the tiny model."""
 
 import hashlib
+import importlib.util
 import random
 
 import numpy as np
@@ -14,7 +15,7 @@ from baselines.grpo import GRPO
 from baselines.opsd import OPSD
 from evaluation.learning_race import pass_rates, race_row, select_tasks, verdict
 from lopd.core.checkpoint import policy_dir
-from lopd.core.config import ConfigError, resolve
+from lopd.core.config import REPO_ROOT, ConfigError, resolve
 from lopd.core.domain import Domain
 from lopd.core.loop import SampledValidation, train
 from lopd.core.rollout import Task, single_turn
@@ -175,3 +176,40 @@ def test_the_race_figure_draws_every_panel_and_says_when_none_has_run(tmp_path):
               "Controls (against GRPO)": {"GRPO · lr 0 · seed 0": []}}
     files = draw_race(panels, tmp_path / "race.png", "a title", score_ci)
     assert [f.suffix for f in files] == [".png", ".pdf"] and all(f.stat().st_size > 0 for f in files)
+
+
+def _sweep_module():
+    spec = importlib.util.spec_from_file_location("learn_sweep", REPO_ROOT / "scripts" / "learn_sweep.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_sweep_table_takes_the_points_of_its_run_and_setting_only():
+    sweep = _sweep_module()
+    assert sweep.point_args("grpo", "lr", 3e-5) == ["-n", "learn-grpo-lr3e-05", "-s", "-S", "learn.runs.grpo.lr=3e-05",
+                                                    "pipelines/learn/dvc.yaml:learn@grpo"]
+    params = resolve({"profile": "cpu"}).to_dict()
+
+    def point(name, lr, change, low, high, **elsewhere):
+        p = {**params, **elsewhere, "learn": {**params["learn"], "runs": {**params["learn"]["runs"]}}}
+        p["learn"]["runs"]["grpo"] = {**p["learn"]["runs"]["grpo"], "lr": lr}
+        metrics = {"lr": lr, "rollouts": 48, "start": 0.5, "end": 0.5 + change, "change": change,
+                   "change_low": low, "change_high": high}
+        return {"name": name, "baseline": "abcdef0123", "params": p,
+                "metrics": {"results/learn/metrics/grpo.json": {"learn@grpo": metrics}}}
+
+    exps = [point("learn-grpo-lr3e-05", 3e-5, 0.25, 0.05, 0.4),
+            point("learn-grpo-lr3e-05", 3e-5, -0.1, -0.3, 0.1),  # an older run of the same point: the newest wins
+            point("learn-grpo-lr1e-05", 1e-5, 0.1, -0.1, 0.3),
+            point("learn-grpo-lr1e-04", 1e-4, 0.3, 0.1, 0.5, seed=7),  # another setting changed too: not this sweep
+            point("learn-opsd-lr1e-05", 1e-5, 0.3, 0.1, 0.5),  # another run's sweep
+            point("fig3-m_0.02", 1e-5, 0.3, 0.1, 0.5)]
+    committed = {"lr": 3e-6, "rollouts": 48, "start": 0.5, "end": 0.5, "change": 0.0, "change_low": -0.2,
+                 "change_high": 0.2}
+    rows = sweep.sweep_rows("grpo", "lr", exps, params, committed)
+    assert [(r["point"], r["call"], r["commit"]) for r in rows] == [
+        ("lr = null (own)", "no change", "workspace"), ("lr = 1e-05", "no change", "learn-grpo-lr1e-05 (abcdef0)"),
+        ("lr = 3e-05", "up", "learn-grpo-lr3e-05 (abcdef0)")]
+    assert rows[2]["change_ci"] == "[+0.050, +0.400]" and rows[0]["lr"] == 3e-6
+    assert sweep.sweep_rows("grpo", "lr", exps[:1], params, None)[0]["end"] == 0.75  # nothing committed yet

@@ -1,0 +1,134 @@
+"""A tuning sweep of the learning race (issue: a method that does not learn at its own settings): one DVC experiment
+per value of one setting (lr or steps) of one race run, each re-running that run's stage alone on the held-in tasks
+(`-s`: the selection and the paper pipeline's stages come from the workspace), then a table of every finished point
+beside the run's committed result.
+
+  python scripts/learn_sweep.py queue grpo lr 1e-5 3e-5    # then: dvc queue start (one at a time: 2 cores)
+  python scripts/learn_sweep.py table grpo lr              # reports/tables/learning_race_sweep_grpo.{md,csv}
+
+A point is experiment `learn-<run>-<setting><value>` (e.g. learn-grpo-lr3e-05); the table takes every finished
+experiment of that name pattern whose params differ from the workspace's only in that run's entry, with the commit it
+ran on. Tune only here, on the held-in tasks, never on a benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from evaluation.learning_race import verdict  # noqa: E402
+from evaluation.sweeps import experiments  # noqa: E402
+from evaluation.tables import Table, to_csv, to_markdown  # noqa: E402
+from lopd.core.config import ConfigError, load_config  # noqa: E402
+
+SETTINGS = {"lr": float, "steps": int}
+"""The run settings a sweep varies (LearnRun's fields), with their types."""
+COLUMNS = (("lr", "lr"), ("rollouts", "Rollouts"), ("start", "Held-in, step 0"),
+           ("end", "Held-in, end"), ("change", "Change"), ("change_ci", "95% CI"), ("call", "Call"),
+           ("commit", "Commit"))
+TABLES = REPO / "reports" / "tables"
+
+
+def experiment_name(run: str, setting: str, value: float | int) -> str:
+    """`learn-grpo-lr3e-05`: the DVC experiment of one sweep point."""
+    return f"learn-{run}-{setting}{value:g}"
+
+
+def point_args(run: str, setting: str, value: float | int) -> list[str]:
+    """`dvc exp run` arguments of one sweep point: that run's stage alone, with the one setting changed."""
+    return ["-n", experiment_name(run, setting, value), "-s", "-S", f"learn.runs.{run}.{setting}={value!r}",
+            f"pipelines/learn/dvc.yaml:learn@{run}"]
+
+
+def _without_run(params: dict[str, Any], run: str) -> dict[str, Any]:
+    runs = {k: v for k, v in params.get("learn", {}).get("runs", {}).items() if k != run}
+    return {**params, "learn": {**params.get("learn", {}), "runs": runs}}
+
+
+def sweep_rows(run: str, setting: str, exps: list[dict], params: dict[str, Any],
+               committed: dict[str, Any] | None) -> list[dict]:
+    """The sweep's table rows, ordered by the setting's value: the workspace's committed result of `run` (its
+    metrics section, or None) and each finished experiment (`evaluation.sweeps.experiments`) named as a point of
+    this sweep whose params equal `params` (the workspace's) except `run`'s entry; the first experiment of a name
+    wins (DVC lists the newest first)."""
+    stage, pattern = f"learn@{run}", re.compile(rf"learn-{re.escape(run)}-{re.escape(setting)}\S+")
+    points = [("workspace", params["learn"]["runs"][run][setting], committed)] if committed else []
+    seen = set()
+    for exp in exps:
+        if not pattern.fullmatch(exp["name"]) or exp["name"] in seen:
+            continue
+        if _without_run(exp["params"], run) != _without_run(params, run):
+            continue
+        metrics = exp["metrics"].get(f"results/learn/metrics/{run}.json", {}).get(stage)
+        if metrics:
+            seen.add(exp["name"])
+            points.append((f"{exp['name']} ({exp['baseline'][:7]})", exp["params"]["learn"]["runs"][run][setting],
+                           metrics))
+    rows = []
+    for commit, value, m in points:
+        rows.append({"point": f"{setting} = {'null (own)' if value is None else f'{value:g}'}", "lr": m["lr"],
+                     "rollouts": m["rollouts"], "start": m["start"], "end": m["end"], "change": m["change"],
+                     "change_ci": f"[{m['change_low']:+.3f}, {m['change_high']:+.3f}]",
+                     "call": verdict(m["change_low"], m["change_high"]), "commit": commit,
+                     "_order": m["lr"] if setting == "lr" else m["rollouts"]})
+    return sorted(rows, key=lambda r: r["_order"])
+
+
+def dvc(*args: str) -> str:
+    proc = subprocess.run(["dvc", *args], cwd=REPO, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"error: dvc {' '.join(args)} failed: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+    return proc.stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("action", choices=["queue", "table"])
+    parser.add_argument("run", help="a run of learn.runs, e.g. grpo")
+    parser.add_argument("setting", choices=list(SETTINGS))
+    parser.add_argument("values", nargs="*", help="queue: the setting's values, e.g. 1e-5 3e-5")
+    args = parser.parse_args()
+    try:
+        cfg = load_config(REPO / "params.yaml")
+        if args.run not in cfg.learn.runs:
+            raise ConfigError(f"learn.runs: no run named {args.run!r} (runs: {', '.join(cfg.learn.runs)})")
+        values = [SETTINGS[args.setting](v) for v in args.values]
+    except (ConfigError, ValueError) as err:
+        sys.exit(f"error: {err}")
+    if args.action == "queue":
+        if not values:
+            sys.exit("error: queue: give the setting's values, e.g. `queue grpo lr 1e-5 3e-5`")
+        for value in values:
+            dvc("exp", "run", "--queue", *point_args(args.run, args.setting, value))
+        print(f"queued {len(values)} point(s) of learn@{args.run}; run them with `dvc queue start` (one worker), "
+              f"then `python scripts/learn_sweep.py table {args.run} {args.setting}`")
+        return
+    refs = subprocess.run(["git", "for-each-ref", "--format=%(refname)", "refs/exps/"], cwd=REPO, capture_output=True,
+                          text=True, check=True).stdout.split()
+    baselines = sorted({m[1] + m[2] for r in refs if (m := re.fullmatch(r"refs/exps/(\w\w)/(\w{38})/[^/]+", r))})
+    show = json.loads(dvc("exp", "show", "--json", *(a for b in baselines or ["HEAD"] for a in ("--rev", b))))
+    metrics_file = REPO / "results" / "learn" / "metrics" / f"{args.run}.json"
+    committed = json.loads(metrics_file.read_text()).get(f"learn@{args.run}") if metrics_file.exists() else None
+    rows = sweep_rows(args.run, args.setting, experiments(show), cfg.to_dict(), committed)
+    notes = ["Each point re-ran only its run's stage (the same held-in tasks, selection and step 0); Change: end "
+             "minus step 0 with its paired bootstrap 95% CI over the tasks, called only where it excludes 0.",
+             "Commit: the workspace's committed result, or the experiment and the commit it ran on."]
+    table = Table(COLUMNS, [(row["point"], row) for row in rows], notes, digits=3)
+    out = TABLES / f"learning_race_sweep_{args.run}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".md").write_text(to_markdown(table, f"Learning race sweep: {args.run}'s {args.setting} "
+                                                         f"({cfg.profile} profile, model {cfg.model.name})"))
+    out.with_suffix(".csv").write_text(to_csv(table))
+    print(f"{len(rows)} point(s); wrote {out.with_suffix('.md').relative_to(REPO)} and .csv")
+
+
+if __name__ == "__main__":
+    main()
