@@ -27,6 +27,7 @@ sys.path.insert(0, str(REPO))
 from evaluation.learning_race import verdict  # noqa: E402
 from evaluation.sweeps import experiments  # noqa: E402
 from evaluation.tables import Table, to_csv, to_markdown  # noqa: E402
+from lopd.core import registry  # noqa: E402
 from lopd.core.config import ConfigError, load_config  # noqa: E402
 
 SETTINGS = {"lr": float, "steps": int}
@@ -72,9 +73,11 @@ def sweep_rows(run: str, setting: str, exps: list[dict], params: dict[str, Any],
             seen.add(exp["name"])
             points.append((f"{exp['name']} ({exp['baseline'][:7]})", exp["params"]["learn"]["runs"][run][setting],
                            metrics))
+    method = registry.label(params["learn"]["runs"][run]["method"])
     rows = []
     for commit, value, m in points:
-        rows.append({"point": f"{setting} = {'null (own)' if value is None else f'{value:g}'}", "lr": m["lr"],
+        rows.append({"point": f"{method} · {setting} {'null (its own)' if value is None else f'{value:g}'}",
+                     "lr": f"{m['lr']:g}",
                      "rollouts": m["rollouts"], "start": m["start"], "end": m["end"], "change": m["change"],
                      "change_ci": f"[{m['change_low']:+.3f}, {m['change_high']:+.3f}]",
                      "call": verdict(m["change_low"], m["change_high"]), "commit": commit,

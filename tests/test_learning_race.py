@@ -209,7 +209,8 @@ def test_sweep_table_takes_the_points_of_its_run_and_setting_only():
                  "change_high": 0.2}
     rows = sweep.sweep_rows("grpo", "lr", exps, params, committed)
     assert [(r["point"], r["call"], r["commit"]) for r in rows] == [
-        ("lr = null (own)", "no change", "workspace"), ("lr = 1e-05", "no change", "learn-grpo-lr1e-05 (abcdef0)"),
-        ("lr = 3e-05", "up", "learn-grpo-lr3e-05 (abcdef0)")]
-    assert rows[2]["change_ci"] == "[+0.050, +0.400]" and rows[0]["lr"] == 3e-6
+        ("GRPO · lr null (its own)", "no change", "workspace"),
+        ("GRPO · lr 1e-05", "no change", "learn-grpo-lr1e-05 (abcdef0)"),
+        ("GRPO · lr 3e-05", "up", "learn-grpo-lr3e-05 (abcdef0)")]
+    assert rows[2]["change_ci"] == "[+0.050, +0.400]" and rows[0]["lr"] == "3e-06"
     assert sweep.sweep_rows("grpo", "lr", exps[:1], params, None)[0]["end"] == 0.75  # nothing committed yet
