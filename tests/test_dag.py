@@ -110,3 +110,33 @@ def test_every_stage_names_itself_as_dvc_does():
         method = "base_composer" if module.endswith("_base_composer") else option("--method")
         kind = "eval" if module.startswith("evaluate") else module
         assert stage_name(kind, domain, method) == name
+
+
+def _graph() -> dict[str, tuple[set[str], set[str], set[str]]]:
+    """Stage -> (params.yaml keys it reads, paths it reads, paths it writes), as DVC resolves both dvc.yaml files."""
+    from dvc.dependency.param import ParamsDependency
+    from dvc.repo import Repo
+
+    with Repo(str(REPO_ROOT)) as repo:
+        return {stage.addressing: ({key for d in stage.deps if isinstance(d, ParamsDependency) for key in d.params},
+                                   {d.def_path for d in stage.deps if not isinstance(d, ParamsDependency)},
+                                   {o.def_path for o in stage.outs}) for stage in repo.index.stages}
+
+
+@pytest.mark.parametrize("param, branch", [
+    # a baseline's knob re-runs that baseline only, in both domains and in the race, and the reports over them
+    ("sdpo.ema_rate", {"train@sdpo", "eval@sdpo", "train_agentic@sdpo", "eval_agentic@sdpo", "report",
+                       "pipelines/learn/dvc.yaml:learn@sdpo", "pipelines/learn/dvc.yaml:learn_report"}),
+])
+def test_changing_a_param_re_runs_exactly_its_branch(param: str, branch: set[str]):
+    graph = _graph()
+    reads = lambda key: key == param or param.startswith(f"{key}.")  # noqa: E731  a key, or a section above it
+    hit = {name for name, (params, _, _) in graph.items() if any(map(reads, params))}
+    while True:  # and everything downstream of what they write
+        written = {path for name in hit for path in graph[name][2]}
+        below = {name for name, (_, deps, _) in graph.items()
+                 if any(d == w or d.startswith(f"{w}/") or w.startswith(f"{d}/") for d in deps for w in written)}
+        if below <= hit:
+            break
+        hit |= below
+    assert hit == branch
