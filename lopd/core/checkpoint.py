@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
+from safetensors import SafetensorError
 
 from lopd.core import provenance, registry
 from lopd.core.config import Config, resolve_path
@@ -64,6 +65,10 @@ _BUDGET_KEYS = ("steps", "save_every", "activation_checkpointing")
 """Config keys that may change without invalidating a checkpoint: step budgets (an interrupted run may be extended),
 how often it saves, and activation checkpointing (same gradients). Not `train.sharding`: checkpoints of both modes
 share one format, but resuming across modes is untested, so a changed mode starts fresh."""
+
+
+class UnwritableOutput(Exception):
+    """A folder an output cannot be written to (read-only, full, over the file-size limit, or not a folder)."""
 
 
 @dataclass
@@ -187,22 +192,27 @@ def save(out_dir: str | Path, model, tokenizer, optimizer, step: int, history: l
     when their own are shards (the training loop gathers them) or merged (a LoRA student), else the model's and the
     optimizer's. `adapter`: a LoRA student's adapter, which a resume loads onto the base model.
 
-    Deliberately no try/finally: a failure at any point must leave exactly what a kill there would.
+    No try/finally past the writes: a failure at any point after them must leave exactly what a kill there would.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_path(out_dir, "save")
     tmp.mkdir()
-    _crash_point("save_started")
-    model.save_pretrained(tmp / MODEL, state_dict=state_dict)
-    tokenizer.save_pretrained(tmp / MODEL)
-    _crash_point("model_written")
-    files = {p.relative_to(tmp).as_posix(): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
-    optimizer_state = optimizer.state_dict() if optimizer_state is None else optimizer_state
-    torch.save({"step": step, "optimizer": optimizer_state, "history": history, "validation": validation,
-                "fingerprint": fingerprint,
-                "method": method.state_dict(), "files": files, **({"adapter": adapter} if adapter else {})},
-               tmp / TRAINER_STATE)
+    try:
+        _crash_point("save_started")
+        model.save_pretrained(tmp / MODEL, state_dict=state_dict)
+        tokenizer.save_pretrained(tmp / MODEL)
+        _crash_point("model_written")
+        files = {p.relative_to(tmp).as_posix(): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
+        optimizer_state = optimizer.state_dict() if optimizer_state is None else optimizer_state
+        torch.save({"step": step, "optimizer": optimizer_state, "history": history, "validation": validation,
+                    "fingerprint": fingerprint,
+                    "method": method.state_dict(), "files": files, **({"adapter": adapter} if adapter else {})},
+                   tmp / TRAINER_STATE)
+    except (OSError, SafetensorError, RuntimeError) as err:  # a full disk or a file-size limit, as each writer says it
+        shutil.rmtree(tmp, ignore_errors=True)  # (a kill, which raises nothing, leaves it to the next save's prune)
+        raise UnwritableOutput(f"{out_dir}: cannot save step {step} ({type(err).__name__}: "
+                               f"{str(err).splitlines()[0]}); the last saved step is kept") from None
     _crash_point("state_written")
     for path in [*tmp.rglob("*"), tmp]:
         _fsync(path)
