@@ -13,7 +13,6 @@ from accelerate import PartialState
 
 from evaluation.figures import draw_curves
 from evaluation.stats import score_ci
-from lopd.core.checkpoint import MANIFEST
 from lopd.core.distributed import ProcessSplitError
 from lopd.core.loop import MethodInputError, train
 from lopd.core.rollout import check_backend
@@ -66,7 +65,7 @@ def main() -> None:
     history_path = domain.plots / "train" / f"{method.name}.json"
     outputs = (history_path, domain.plots / "validation" / f"{method.name}.json", history_path.with_suffix(".png"),
                domain.metrics / "train" / f"{method.name}.json")
-    check_writable([*outputs, domain.checkpoints / method.name / MANIFEST])  # before the checkpoint is replaced
+    check_writable([*outputs, domain.checkpoints / method.name])  # before the checkpoint is replaced
     with (Tracker(cfg, stage, system_metrics=True, resumable=True) as tracker,
           training_domain(cfg, args.domain) as (tasks, collect, source, validation)):
         start = time.perf_counter()

@@ -239,6 +239,18 @@ def test_bank_growth_adds_training_successes_and_survives_resume(tiny_model_dir,
     assert len(resumed.bank) == 3 + sum(successes) and resumed.retriever.index.ntotal == len(resumed.bank)
 
 
+def test_an_empty_bank_is_warned_about_in_one_line(tiny_model_dir, composer_dir, tmp_path, capsys):
+    bank_dir = tmp_path / "bank"
+    write_bank(bank_dir / BANK_FILE, [], {})
+    save_vectors(bank_dir / DOCUMENTS_FILE, [], np.zeros((0, 8), dtype=np.float32))
+    save_vectors(bank_dir / QUERIES_FILE, [t.task_id for t in TASKS], np.eye(len(TASKS), 8, dtype=np.float32))
+    cfg = _cfg()
+    _method(cfg, bank_dir, composer_dir).setup(MethodContext(cfg, None, load_tokenizer(tiny_model_dir),
+                                                             tiny_model_dir, None, TASKS))
+    assert capsys.readouterr().out == (f"warning: {bank_dir}: the bank is empty, so the teacher reads no privileged "
+                                       "context: this trains as self-distillation, not LOPD\n")
+
+
 def test_cold_start_on_a_one_task_bank_retrieves_nothing_and_does_not_crash(tiny_model_dir, tmp_path):
     bank_dir = tmp_path / "bank"
     entry = BankEntry("t0", task_text(TASKS[0].messages), "print(0)", "print(0)", 1.0, [[[], [40, 41]]])

@@ -129,6 +129,17 @@ def test_a_bank_with_a_non_object_header_stops_build_pool_before_it_writes(tmp_p
     assert not (root / "code" / "pool").exists()
 
 
+def test_a_corrupt_pool_stops_training_without_leaving_a_checkpoint_folder(tmp_path, tiny_model_dir):
+    root, params = tmp_path / "root", _params(tmp_path)
+    (root / "models").mkdir(parents=True)
+    (root / "models" / "base").symlink_to(tiny_model_dir)
+    (root / "code" / "pool").mkdir(parents=True)
+    (root / "code" / "pool" / "oracle.jsonl").write_text('{"task_id": "t0", "solu')  # cut off mid-write
+    proc = _run_isolated("pipelines.train", root, "--params", str(params), "--method", "sdft")
+    assert _error(proc).startswith(f"error: sdft: {root / 'code' / 'pool' / 'oracle.jsonl'}")
+    assert list((root / "code" / "checkpoints").iterdir()) == []
+
+
 def test_livecodebench_without_a_release_is_n_a_naming_the_path_and_with_one_it_is_scored(tmp_path, tiny_model_dir):
     import json
 

@@ -539,26 +539,19 @@ def start_stage(store, stage: str, end: str) -> tuple[subprocess.Popen, str]:
     return proc, run_id
 
 
-def test_a_sigkilled_stage_is_marked_killed_at_the_stages_next_start_and_a_live_one_is_not(store, monkeypatch):
+def test_a_sigkilled_stage_is_marked_killed_at_the_next_stage_start_and_a_live_one_is_not(store, monkeypatch):
     killed, killed_id = start_stage(store, "train@grpo", "kill")
     assert killed.wait(timeout=60) == -signal.SIGKILL
-    live, live_id = start_stage(store, "train@sdpo", "live")
+    assert store.client.get_run(killed_id).info.status == "RUNNING"  # what a SIGKILL leaves
+    last_logged = max(m.timestamp for m in store.client.get_metric_history(killed_id, "loss"))
+    live, live_id = start_stage(store, "train@sdpo", "live")  # any stage's start, not only the killed stage's
     try:
         dead = store.client.get_run(killed_id)
-        assert dead.info.status == "RUNNING"  # what a SIGKILL leaves
-        last_logged = max(m.timestamp for m in store.client.get_metric_history(killed_id, "loss"))
-
-        in_dvc(monkeypatch, "train@sdpo", "exp-next")  # another stage's start leaves it alone
-        with Tracker(store.cfg, "train@sdpo"):
-            assert store.client.get_run(killed_id).info.status == "RUNNING"
+        assert dead.info.status == "KILLED" and dead.info.end_time == last_logged
+        in_dvc(monkeypatch, "eval@sdpo", "exp-next")
+        with Tracker(store.cfg, "eval@sdpo"):
+            pass
         assert store.client.get_run(live_id).info.status == "RUNNING"  # its process is alive
-
-        in_dvc(monkeypatch, "train@grpo", "exp-next")
-        with Tracker(store.cfg, "train@grpo"):
-            dead = store.client.get_run(killed_id)
-            assert dead.info.status == "KILLED" and dead.info.end_time == last_logged
-            assert store.client.get_run(dead.data.tags[tracking.PARENT_TAG]).info.status == "FAILED"
-        assert store.client.get_run(live_id).info.status == "RUNNING"
     finally:
         live.communicate(timeout=60)
     assert live.returncode == 0

@@ -237,11 +237,12 @@ def last_activity_ms(client, run) -> int:
     return max(times, default=run.info.start_time)
 
 
-def settle_dead_runs(client, experiment_id: str, stage: str, host: str) -> None:
-    """End KILLED every RUNNING run of `stage` on `host` whose process has ended (a SIGKILL, a lost machine), at its
-    last logged metric, and settle its parent; runs of another host are left alone: their process cannot be seen."""
+def settle_dead_runs(client, experiment_id: str, host: str) -> None:
+    """End KILLED every RUNNING run on `host` whose process has ended (a SIGKILL, a lost machine), at its last logged
+    metric, and settle its parent: whichever stage starts next, so the UI shows a killed stage as such before that
+    stage runs again. Runs of another host are left alone: their process cannot be seen."""
     found = client.search_runs([experiment_id], filter_string=(
-        f"attributes.status = '{RUNNING}' and tags.`{STAGE_TAG}` = '{stage}' and tags.`{HOST_TAG}` = '{host}'"))
+        f"attributes.status = '{RUNNING}' and tags.`{HOST_TAG}` = '{host}'"))
     for run in found:
         if is_gone(run.data.tags.get(PROCESS_TAG, "")):
             client.set_terminated(run.info.run_id, KILLED, end_time=last_activity_ms(client, run))
@@ -419,7 +420,7 @@ class Tracker:
             client = mlflow.MlflowClient()
             experiment_id = get_or_create_experiment(mlflow, name, artifacts)
             mlflow.set_experiment(experiment_id=experiment_id)
-            settle_dead_runs(client, experiment_id, self.stage, host)
+            settle_dead_runs(client, experiment_id, host)
             run_name = self.stage
             if key:
                 self.parent_run_id, parent_name = find_or_create_parent(
