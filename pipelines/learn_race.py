@@ -5,7 +5,7 @@ training temperature, drawn from `learn.eval_seed` (the same draws in every run;
 config is the pipeline's with the race's budgets and the run's seed, learning rate and step count (`race_config`).
 Writes the measurement points (plots/learn/<run>.json), the per-step history with the method's own objective
 (plots/learn/<run>_steps.json) and the run's summary (results/learn/metrics/<run>.json); the checkpoint
-(checkpoints/learn/<run>, where a killed run resumes) is removed once they are written."""
+(checkpoints/learn/<run>; a killed run resumes from checkpoints/learn/.resume/) is removed once they are written."""
 
 from __future__ import annotations
 
