@@ -202,6 +202,16 @@ def test_lopd_resume_equals_uninterrupted_run(tiny_model_dir, bank_dir, composer
         [h[k] for h in resumed["history"] for k in keys], abs=1e-6)
 
 
+def test_two_lopd_runs_of_one_config_write_the_same_bytes(tiny_model_dir, bank_dir, composer_dir, tmp_path):
+    """The checkpoint holds the composer's state and β too: still no timings, so DVC re-runs nothing downstream."""
+    for run in "ab":
+        train(_cfg(), _method(_cfg(), bank_dir, composer_dir), TASKS, single_turn(_score), tiny_model_dir,
+              tmp_path / run)
+    a, b = ({p.relative_to(tmp_path / run): p.read_bytes() for p in sorted((tmp_path / run).rglob("*")) if p.is_file()}
+            for run in "ab")
+    assert a == b and len(a) > 3
+
+
 def test_frozen_composer_keeps_phi0_and_has_no_anchor(tiny_model_dir, bank_dir, composer_dir, tmp_path):
     cfg = _cfg(lopd={"train_composer": False}, margin=0.0)
     method = _method(cfg, bank_dir, composer_dir)
