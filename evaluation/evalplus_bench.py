@@ -44,6 +44,7 @@ import secrets
 import threading
 import time
 import uuid
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,6 +148,10 @@ def _call_evalplus_data(benchmark: str, data_dir: str | Path | None, what: str) 
         setattr(module, spec.override_attr, str(path))
         try:
             return fn()
+        except (EOFError, OSError, ValueError, zlib.error) as err:  # truncated or corrupt (.gz, JSON lines)
+            raise EvalPlusDataUnavailable(
+                f"{benchmark}: {path} is unreadable ({type(err).__name__}: {str(err).splitlines()[0]}): put the "
+                f"official EvalPlus release there (see docs/data.md)") from None
         finally:
             setattr(module, spec.override_attr, saved)
 

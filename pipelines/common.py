@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import json
 import os
+import signal
 import sys
+import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from evaluation.coding.code_blocks import extract_code
 from lopd.core import registry
-from lopd.core.checkpoint import MANIFEST, policy_dir
+from lopd.core.checkpoint import MANIFEST, UnwritableOutput, policy_dir
 from lopd.core.config import REPO_ROOT, Config, ConfigError, build_config, load_config
 from lopd.core.domain import Domain
 from lopd.core.experiments import flatten
@@ -181,19 +184,66 @@ def build_method(name: str, cfg: Config, domain: str = "code") -> Method:
     return registry.METHODS[name].method_class()(cfg, DOMAINS[domain])  # imports that method's module only
 
 
+DISK_ERRORS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+"""What a full disk, a file-size limit (`ulimit -f`) or a folder the stage may not write raise while it writes."""
+
+
 def run_stage(main: Callable[[], None]) -> None:
     """Run a stage's (or a benchmark script's) `main`: a missing upstream output, a weights or JSON file it cannot
-    read or a setting the machine cannot run ends it with one line naming the file or key and what to do, not a
-    traceback (nothing has been written by then)."""
+    read, an output folder it cannot write or a setting the machine cannot run ends it with one line naming the
+    file or key and what to do, not a traceback (nothing has been written by then). So do a full disk and Ctrl-C,
+    which leave the outputs as they were (they are replaced only once whole) and a training run's last saved step."""
     try:
         main()
-    except (ConfigError, FileNotFoundError, UnreadableWeights, UnreadableFile) as err:
+    except (ConfigError, FileNotFoundError, UnreadableWeights, UnreadableFile, UnwritableOutput) as err:
         sys.exit(f"error: {err}")
+    except OSError as err:
+        if err.errno not in DISK_ERRORS:
+            raise
+        sys.exit(f"error: {err.filename or 'writing'}: {err.strerror}; the stage's previous outputs are kept")
+    except KeyboardInterrupt:
+        print("interrupted: the stage's previous outputs are kept (a training run resumes from its last saved step)",
+              file=sys.stderr)
+        sys.exit(128 + signal.SIGINT)
+
+
+def check_writable(paths: Iterable[Path]) -> None:
+    """Raise UnwritableOutput naming the first folder of `paths`' folders where a file cannot be created. It creates
+    one and deletes it: what the stage will do, whoever runs it (root ignores a folder's mode, not a read-only mount
+    or an immutable folder). A stage calls it before it replaces anything."""
+    for folder in sorted({Path(p).parent for p in paths}):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as err:
+            raise UnwritableOutput(f"{folder}: cannot write here ({err.strerror or err}); the stage changed "
+                                   "nothing") from None
+
+
+@contextlib.contextmanager
+def replacing(*paths: Path) -> Iterator[list[Path]]:
+    """Temporary names beside `paths` for a stage to write its outputs to; once the block ends without error they
+    replace `paths` (each by a rename), and on an error they are deleted. A stage that fails while writing, say on
+    a full disk, leaves the previous outputs as they were, all of them."""
+    check_writable(paths)
+    temporary = [path.with_name(f".tmp-{path.name}") for path in paths]
+    try:
+        yield temporary
+    except BaseException:
+        for path in temporary:
+            path.unlink(missing_ok=True)
+        raise
+    for path, final in zip(temporary, paths):
+        os.replace(path, final)
 
 
 def write_json(path: Path, data: Any) -> None:
+    """Write `data` as JSON, whole or not at all (through a temporary file renamed over `path`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    temporary = path.with_name(f".tmp-{path.name}")
+    temporary.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    os.replace(temporary, path)
 
 
 def uniform_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@ training temperature, drawn from `learn.eval_seed` (the same draws in every run;
 config is the pipeline's with the race's budgets and the run's seed, learning rate and step count (`race_config`).
 Writes the measurement points (plots/learn/<run>.json), the per-step history with the method's own objective
 (plots/learn/<run>_steps.json) and the run's summary (results/learn/metrics/<run>.json); the checkpoint
-(checkpoints/learn/<run>, where a killed run resumes) is removed once they are written."""
+(checkpoints/learn/<run>; a killed run resumes from checkpoints/learn/.resume/) is removed once they are written."""
 
 from __future__ import annotations
 
@@ -30,12 +30,14 @@ from pipelines.common import (
     LEARN_SELECTION,
     PLOTS_DIR,
     build_method,
+    check_writable,
     parse_args,
-    record_metrics,
+    replacing,
     run_stage,
     stage_modules,
     training_domain,
     write_history,
+    write_metrics,
 )
 
 CALLS = {"up": 1, "no change": 0, "down": -1}
@@ -94,6 +96,9 @@ def main() -> None:
     if spec.negate_advantages:
         method = negate_advantages(method, args.run)
     stage, checkpoint = f"learn@{args.run}", CHECKPOINTS_DIR / "learn" / args.run
+    points_path, history_path = (PLOTS_DIR / "learn" / f"{args.run}{suffix}.json" for suffix in ("", "_steps"))
+    outputs = (points_path, history_path, LEARN_DIR / "metrics" / f"{args.run}.json")
+    check_writable(outputs)
     with (Tracker(run_cfg, stage, system_metrics=True, resumable=True) as tracker,
           training_domain(run_cfg, "code") as (tasks, collect, _, _)):
         selection = read_json(LEARN_SELECTION)
@@ -113,12 +118,14 @@ def main() -> None:
         row = race_row(points, history, [])
         summary = {**{k: v for k, v in row.items() if k != "call"}, "call": CALLS[row["call"]], "seed": spec.seed,
                    "lr": method.lr(run_cfg), "wall_s": round(time.perf_counter() - start, 1)}
-        points_path, history_path = (PLOTS_DIR / "learn" / f"{args.run}{suffix}.json" for suffix in ("", "_steps"))
-        write_history(points_path, points)
-        write_history(history_path, history)
-        for path in (points_path, history_path):
+        with replacing(*outputs) as (points_file, history_file, metrics_file):
+            write_history(points_file, points)
+            write_history(history_file, history)
+            summary = write_metrics(metrics_file, stage, summary)
+        tracker.log_metrics(summary)
+        tracker.log_to_parent(summary)
+        for path in outputs:
             tracker.log_artifact(path)
-        record_metrics(tracker, LEARN_DIR / "metrics" / f"{args.run}.json", stage, summary)
     shutil.rmtree(checkpoint)  # only a killed run needs it: the weights are not an output of the race
     print(f"{stage}: held-in reward {row['start']:.3f} -> {row['end']:.3f} ({row['change']:+.3f} "
           f"[{row['change_low']:+.3f}, {row['change_high']:+.3f}], {row['call']}); wrote {points_path}")

@@ -23,14 +23,16 @@ from pipelines.common import (
     DOMAINS,
     METHOD_ARG,
     build_method,
+    check_writable,
     for_domain,
     parse_args,
-    record_metrics,
+    replacing,
     run_stage,
     stage_modules,
     stage_name,
     training_domain,
     write_history,
+    write_metrics,
 )
 
 FINAL_VALUES = {"kl_final": "kl_mean", "delta_final": "privilege_margin", "beta_final": "beta_next"}
@@ -60,6 +62,10 @@ def main() -> None:
     cfg, domain = for_domain(cfg, args.domain), DOMAINS[args.domain]
     method = build_method(args.method, cfg, args.domain)
     stage = stage_name("train", args.domain, method.name)
+    history_path = domain.plots / "train" / f"{method.name}.json"
+    outputs = (history_path, domain.plots / "validation" / f"{method.name}.json", history_path.with_suffix(".png"),
+               domain.metrics / "train" / f"{method.name}.json")
+    check_writable([*outputs, domain.checkpoints / method.name])  # before the checkpoint is replaced
     with (Tracker(cfg, stage, system_metrics=True, resumable=True) as tracker,
           training_domain(cfg, args.domain) as (tasks, collect, source, validation)):
         start = time.perf_counter()
@@ -73,16 +79,16 @@ def main() -> None:
         history, validated = result["history"], result["validation"]
         summary = {**train_summary(history, validated), "n_train_tasks": len(tasks),
                    "wall_s": round(time.perf_counter() - start, 1)}
-        history_path = domain.plots / "train" / f"{method.name}.json"
-        validation_path = domain.plots / "validation" / f"{method.name}.json"
-        write_history(history_path, history)
-        write_history(validation_path, validated)
-        figure = history_path.with_suffix(".png")
-        draw_curves({method.name: history + validated}, figure, f"{stage} ({cfg.profile} profile, {source})")
-        for path in (history_path, validation_path, figure):
+        with replacing(*outputs) as (history_file, validation_file, figure_file, metrics_file):
+            write_history(history_file, history)
+            write_history(validation_file, validated)
+            draw_curves({method.name: history + validated}, figure_file, f"{stage} ({cfg.profile} profile, {source})")
+            summary = write_metrics(metrics_file, stage, summary)
+        tracker.log_metrics(summary)
+        tracker.log_to_parent(summary)
+        for path in outputs:
             tracker.log_artifact(path)
-        record_metrics(tracker, domain.metrics / "train" / f"{method.name}.json", stage, summary)
-    print(f"wrote {domain.metrics / 'train' / f'{method.name}.json'}, {history_path} and {figure}")
+    print(f"wrote {outputs[-1]}, {history_path} and {outputs[2]}")
 
 
 if __name__ == "__main__":

@@ -76,3 +76,24 @@ def pytest_collection_modifyitems(items):
     (`--dist loadfile --no-loadscope-reorder`): test by test, both workers built the same module fixtures (the
     multi-process runs alone take ~85 s), and xdist's own reordering puts the one-test smoke file last."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.fixture
+def read_only():
+    """`read_only(folder)`: make `folder` unwritable for this process until the test ends: immutable for root (who
+    ignores a folder's mode), mode 555 for anyone else."""
+    import subprocess
+
+    undo = []
+
+    def make(folder: Path) -> None:
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "+i", str(folder)], check=True)
+            undo.append(lambda: subprocess.run(["chattr", "-i", str(folder)], check=True))
+        else:
+            folder.chmod(0o555)
+            undo.append(lambda: folder.chmod(0o755))
+
+    yield make
+    for step in undo:
+        step()

@@ -275,7 +275,7 @@ def test_resumed_ema_run_equals_an_uninterrupted_one(tiny_model_dir, pool_path, 
     ({"sdpo": {"support": "both"}}, "sdpo.support: 'both' is not student or teacher"),
     ({"sdft": {"ema_rate": 0}}, "sdft.ema_rate: must be in (0, 1]"),
     ({"skill_sd": {"group_size": 3}}, "must be a multiple of skill_sd.group_size (3)"),
-    ({"opsd": {"steps": -1}}, "opsd.steps: must be >= 0 or null"),
+    ({"opsd": {"steps": -1}}, "opsd.steps: must be >= 1 or null"),
     ({"baseline_methods": ["vanilla", "sdpx"]}, "baseline_methods: unknown baseline 'sdpx'"),
 ])
 def test_bad_baseline_config_is_a_one_line_error(raw, message):

@@ -39,9 +39,15 @@ def _cfg(steps=STEPS, seed=0):
                               "activation_checkpointing": False}})
 
 
-def _train(base, out, steps=STEPS):
-    cfg = _cfg(steps)
+def _train(base, out, steps=STEPS, seed=0):
+    cfg = _cfg(steps, seed)
     return train(cfg, GRPO(cfg, Domain.scratch("unused")), TASKS, single_turn(_score), base, out)
+
+
+def _work(out, base):
+    """Where a run of `_cfg` (any budget) publishing into `out` saves its steps until it ends."""
+    cfg = _cfg()
+    return checkpoint.work_dir(out, checkpoint.fingerprint(cfg, GRPO(cfg, Domain.scratch("unused")), base))
 
 
 def _kill_at(monkeypatch, point, nth):
@@ -74,8 +80,10 @@ def _same(a, b):
 
 def _assert_equals_reference(out, reference):
     """`out` holds only the final checkpoint, whose weights and history equal the reference run's (the last step's
-    weights depend on the AdamW state a resumed run restored) and which, finished, keeps no AdamW state."""
+    weights depend on the AdamW state a resumed run restored) and which, finished, keeps no AdamW state; no work
+    folder is left."""
     assert sorted(p.name for p in out.iterdir()) == [checkpoint.MANIFEST, checkpoint.step_name(STEPS)]
+    assert not (out.parent / checkpoint.RESUME).exists()
     got, want = checkpoint.load(out), checkpoint.load(reference)
     assert got.step == STEPS
     assert _same(load_file(got.model_dir / "model.safetensors"), load_file(want.model_dir / "model.safetensors"))
@@ -101,7 +109,8 @@ def test_a_kill_during_a_save_resumes_to_the_uninterrupted_run(point, tiny_model
     _kill_at(monkeypatch, point, nth=STEPS)  # during the last step's save: step 1 is committed
     with pytest.raises(Killed):
         _train(tiny_model_dir, out)
-    assert checkpoint.load(out).step == (STEPS if point == "committed" else STEPS - 1)
+    assert checkpoint.load(_work(out, tiny_model_dir)).step == (STEPS if point == "committed" else STEPS - 1)
+    assert not out.exists()  # nothing is published before the run ends
     monkeypatch.undo()
     _train(tiny_model_dir, out)
     _assert_equals_reference(out, reference)
@@ -124,7 +133,7 @@ def test_a_kill_while_dropping_the_optimizer_state_leaves_a_checkpoint_the_rerun
     _kill_at(monkeypatch, "finishing", nth=1)
     with pytest.raises(Killed):
         _train(tiny_model_dir, out)
-    assert checkpoint.load(out).state["optimizer"] is not None  # the old trainer state, whole
+    assert checkpoint.load(_work(out, tiny_model_dir)).state["optimizer"] is not None  # the old trainer state, whole
     monkeypatch.undo()
     assert _train(tiny_model_dir, out)["history"][-1]["step"] == STEPS
     assert not list(out.glob(f"{checkpoint.TMP_PREFIX}*"))
@@ -161,6 +170,55 @@ def test_a_larger_budget_retrains_a_finished_run_from_the_start(tiny_model_dir, 
     assert _untimed(result["history"][:STEPS]) == _untimed(checkpoint.load(reference).state["history"])
 
 
+def _files(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_two_runs_of_the_same_config_write_the_same_bytes(reference, tiny_model_dir, tmp_path):
+    """A finished checkpoint holds no timings: DVC sees a rerun with the same weights as unchanged, and does not
+    rerun the evaluations that read it."""
+    out = tmp_path / "grpo"
+    result = _train(tiny_model_dir, out)
+    assert _files(out) == _files(reference)
+    assert all(h["time_update_s"] > 0 for h in result["history"])  # the stage's own history keeps them
+
+
+def test_a_run_resumes_from_its_work_folder_after_its_checkpoint_folder_is_restored(reference, tiny_model_dir,
+                                                                                    tmp_path, monkeypatch, capsys):
+    """What `dvc exp run` does to a killed run of changed params: it restores the committed (other config's)
+    checkpoint folder before the next try. The killed run's steps are in its work folder, which it continues."""
+    out, uninterrupted = tmp_path / "grpo", tmp_path / "uninterrupted" / "grpo"
+    shutil.copytree(reference, out)
+    _kill_at(monkeypatch, "committed", nth=1)
+    with pytest.raises(Killed):
+        _train(tiny_model_dir, out, seed=1)
+    monkeypatch.undo()
+    assert _files(out) == _files(reference)  # the previous result stays until the new one is done
+    shutil.rmtree(out)
+    shutil.copytree(reference, out)  # DVC's restore
+    capsys.readouterr()
+    _train(tiny_model_dir, out, seed=1)
+    assert "resuming grpo from step 1\n" in capsys.readouterr().out
+    _train(tiny_model_dir, uninterrupted, seed=1)
+    assert _files(out) == _files(uninterrupted) != _files(reference)
+    assert not (out.parent / checkpoint.RESUME).exists()
+
+
+def test_a_queued_experiment_keeps_its_work_folder_in_the_repository_dvc_started_in(tmp_path, monkeypatch):
+    """A queued experiment runs in a copy of the repository (DVC_ROOT names the original): its work folder is the
+    original's, where the next copy looks."""
+    fingerprint = {"config": "c0", "code": "c1"}
+    copy, original = tmp_path / "copy", tmp_path / "original"
+    (copy / ".dvc").mkdir(parents=True)
+    out = copy / "checkpoints" / "learn" / "grpo"
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    assert checkpoint.work_dir(out, fingerprint) == copy / "checkpoints" / "learn" / ".resume" / "grpo" / "c0-c1"
+    monkeypatch.setenv("DVC_ROOT", str(original))
+    assert checkpoint.work_dir(out, fingerprint) == original / "checkpoints" / "learn" / ".resume" / "grpo" / "c0-c1"
+    outside = tmp_path / "elsewhere" / "grpo"  # not in a DVC repository: beside itself
+    assert checkpoint.work_dir(outside, fingerprint) == tmp_path / "elsewhere" / ".resume" / "grpo" / "c0-c1"
+
+
 @pytest.fixture(scope="module")
 def interrupted(tiny_model_dir, tmp_path_factory):
     """A run killed right after committing step 2 of 3: step-000001 and step-000002 both on disk."""
@@ -169,8 +227,9 @@ def interrupted(tiny_model_dir, tmp_path_factory):
         _kill_at(patch, "committed", nth=STEPS)
         with pytest.raises(Killed):
             _train(tiny_model_dir, out, steps=STEPS + 1)
-    assert sorted(p.name for p in out.glob("step-*")) == ["step-000001", "step-000002"]
-    return out
+    work = _work(out, tiny_model_dir)
+    assert sorted(p.name for p in work.glob("step-*")) == ["step-000001", "step-000002"]
+    return work
 
 
 def _empty_state(out):
@@ -205,12 +264,13 @@ def _no_manifest(out):
 def test_a_damaged_checkpoint_falls_back_to_the_previous_good_one(damage, message, resumed_from, interrupted,
                                                                  tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "grpo"
-    shutil.copytree(interrupted, out)
-    damage(out)
+    work = _work(out, tiny_model_dir)
+    shutil.copytree(interrupted, work)
+    damage(work)
     capsys.readouterr()
     result = _train(tiny_model_dir, out, steps=STEPS + 1)
     printed = capsys.readouterr()
-    assert f"{out}: {message}\n" in printed.out and "Traceback" not in printed.out + printed.err
+    assert f"{work}: {message}\n" in printed.out and "Traceback" not in printed.out + printed.err
     assert f"resuming grpo from step {resumed_from}\n" in printed.out
     assert [h["step"] for h in result["history"]] == [1, 2, 3]
     assert sorted(p.name for p in out.iterdir()) == [checkpoint.MANIFEST, "step-000003"]

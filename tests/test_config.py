@@ -265,7 +265,8 @@ def test_conf_config_yaml_is_generated_from_the_dataclasses():
 
 
 @pytest.mark.parametrize("raw, message", [
-    ({"train": {"steps": 0}}, "train.steps: must be >= 1 (grpo trains that many steps; a trained method with 0 steps"),
+    ({"train": {"steps": 0}}, "train.steps: must be >= 1 (a trained method with 0 steps would replace"),
+    ({"train": {"steps": -3}}, "train.steps: must be >= 1 (a trained method"),
     ({"sdpo": {"steps": 0}}, "sdpo.steps: must be >= 1 or null (a trained method with 0 steps would replace"),
     ({"lopd": {"steps": 0}}, "lopd.steps: must be >= 1 or null"),
     ({"agentic": {"steps": 0}}, "agentic.steps: must be >= 1 or null"),

@@ -140,3 +140,16 @@ def test_changing_a_param_re_runs_exactly_its_branch(param: str, branch: set[str
             break
         hit |= below
     assert hit == branch
+
+
+def test_a_training_stage_that_fails_leaves_every_output_as_it_was():
+    """DVC deletes a stage's outputs before running it unless they persist: a training stage (or a race run) that
+    stops on bad input would lose its previous metrics and curves. Each writes them all at its end (`replacing`)."""
+    from dvc.repo import Repo
+
+    with Repo(str(REPO_ROOT)) as repo:
+        training = [stage for stage in repo.index.stages if "pipelines.launch train" in stage.cmd
+                    or "pipelines.launch learn_race" in stage.cmd]
+        assert len(training) >= 20  # every method in both domains, and every race run
+        assert {f"{stage.addressing}: {out.def_path}" for stage in training for out in stage.outs
+                if not out.persist} == set()

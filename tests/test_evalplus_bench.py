@@ -112,6 +112,19 @@ def test_missing_data_gives_one_line_error_and_never_downloads(benchmark, tmp_pa
     assert downloads == []
 
 
+@pytest.mark.parametrize("benchmark", eb.BENCHMARKS)
+def test_a_truncated_release_file_gives_one_line_error(benchmark, tmp_path):
+    import gzip
+
+    path = tmp_path / eb._SPECS[benchmark].filename
+    whole = gzip.compress(b"".join(b'{"task_id": "T/%d", "prompt": "def f():\\n"}\n' % i for i in range(200)))
+    path.write_bytes(whole[:len(whole) // 2])  # an interrupted copy
+    with pytest.raises(eb.EvalPlusDataUnavailable) as err:
+        eb.load_problems(benchmark, tmp_path)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"{benchmark}: {path} is unreadable (EOFError: ")
+
+
 def test_pass_at_1_is_mean_of_per_task_fractions():
     per_task = {
         "T/0": {"base": [True, False], "plus": [False, False], "status": ["plus:fail", "base:fail"]},

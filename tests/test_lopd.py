@@ -202,6 +202,16 @@ def test_lopd_resume_equals_uninterrupted_run(tiny_model_dir, bank_dir, composer
         [h[k] for h in resumed["history"] for k in keys], abs=1e-6)
 
 
+def test_two_lopd_runs_of_one_config_write_the_same_bytes(tiny_model_dir, bank_dir, composer_dir, tmp_path):
+    """The checkpoint holds the composer's state and β too: still no timings, so DVC re-runs nothing downstream."""
+    for run in "ab":
+        train(_cfg(), _method(_cfg(), bank_dir, composer_dir), TASKS, single_turn(_score), tiny_model_dir,
+              tmp_path / run)
+    a, b = ({p.relative_to(tmp_path / run): p.read_bytes() for p in sorted((tmp_path / run).rglob("*")) if p.is_file()}
+            for run in "ab")
+    assert a == b and len(a) > 3
+
+
 def test_frozen_composer_keeps_phi0_and_has_no_anchor(tiny_model_dir, bank_dir, composer_dir, tmp_path):
     cfg = _cfg(lopd={"train_composer": False}, margin=0.0)
     method = _method(cfg, bank_dir, composer_dir)
@@ -237,6 +247,18 @@ def test_bank_growth_adds_training_successes_and_survives_resume(tiny_model_dir,
     resumed.setup(MethodContext(cfg, None, load_tokenizer(tiny_model_dir), tiny_model_dir, None, TASKS))
     resumed.load_state_dict(load_checkpoint(tmp_path / "r").state["method"])
     assert len(resumed.bank) == 3 + sum(successes) and resumed.retriever.index.ntotal == len(resumed.bank)
+
+
+def test_an_empty_bank_is_warned_about_in_one_line(tiny_model_dir, composer_dir, tmp_path, capsys):
+    bank_dir = tmp_path / "bank"
+    write_bank(bank_dir / BANK_FILE, [], {})
+    save_vectors(bank_dir / DOCUMENTS_FILE, [], np.zeros((0, 8), dtype=np.float32))
+    save_vectors(bank_dir / QUERIES_FILE, [t.task_id for t in TASKS], np.eye(len(TASKS), 8, dtype=np.float32))
+    cfg = _cfg()
+    _method(cfg, bank_dir, composer_dir).setup(MethodContext(cfg, None, load_tokenizer(tiny_model_dir),
+                                                             tiny_model_dir, None, TASKS))
+    assert capsys.readouterr().out == (f"warning: {bank_dir}: the bank is empty, so the teacher reads no privileged "
+                                       "context: this trains as self-distillation, not LOPD\n")
 
 
 def test_cold_start_on_a_one_task_bank_retrieves_nothing_and_does_not_crash(tiny_model_dir, tmp_path):

@@ -129,6 +129,17 @@ def test_a_bank_with_a_non_object_header_stops_build_pool_before_it_writes(tmp_p
     assert not (root / "code" / "pool").exists()
 
 
+def test_a_corrupt_pool_stops_training_without_leaving_a_checkpoint_folder(tmp_path, tiny_model_dir):
+    root, params = tmp_path / "root", _params(tmp_path)
+    (root / "models").mkdir(parents=True)
+    (root / "models" / "base").symlink_to(tiny_model_dir)
+    (root / "code" / "pool").mkdir(parents=True)
+    (root / "code" / "pool" / "oracle.jsonl").write_text('{"task_id": "t0", "solu')  # cut off mid-write
+    proc = _run_isolated("pipelines.train", root, "--params", str(params), "--method", "sdft")
+    assert _error(proc).startswith(f"error: sdft: {root / 'code' / 'pool' / 'oracle.jsonl'}")
+    assert list((root / "code" / "checkpoints").iterdir()) == []
+
+
 def test_livecodebench_without_a_release_is_n_a_naming_the_path_and_with_one_it_is_scored(tmp_path, tiny_model_dir):
     import json
 
@@ -155,3 +166,18 @@ def test_livecodebench_without_a_release_is_n_a_naming_the_path_and_with_one_it_
     assert list(result["per_task"]) == ["leet-1"] and result["summary"]["n_tasks"] == 1  # only v6's window
     assert result["per_task"]["leet-1"]["plus"] == [False]  # a random model does not solve it
     assert result["summary"]["protocol"].startswith("livecodebench-chat")
+
+
+def test_a_read_only_plots_folder_stops_training_before_it_replaces_anything(tmp_path, tiny_model_dir, read_only):
+    root, params = tmp_path / "root", _params(tmp_path)
+    (root / "models").mkdir(parents=True)
+    (root / "models" / "base").symlink_to(tiny_model_dir)
+    for name, text in (("checkpoints/grpo/manifest.json", "{}"), ("metrics/train/grpo.json", "{}"),
+                       ("plots/train/grpo.json", "[]"), ("plots/validation/grpo.json", "[]")):
+        (root / "code" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "code" / name).write_text(text)
+    read_only(root / "code" / "plots" / "validation")
+    before = _files(root / "code")
+    proc = _run_isolated("pipelines.train", root, "--params", str(params), "--method", "grpo")
+    assert _error(proc).startswith(f"error: {root / 'code' / 'plots' / 'validation'}: cannot write here")
+    assert _files(root / "code") == before

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from lopd.core.config import REPO_ROOT, resolve_path
@@ -94,3 +95,60 @@ def test_each_stage_on_a_bad_input_prints_one_error_line_not_a_traceback(tmp_pat
         assert printed and "error: " in printed[-1], f"{command}:\n{lines}"
     assert files_in(repo) == before  # nothing written
     assert "huggingface.co" not in out and "the suite downloads nothing at run time" in runs[0]  # no hub contacted
+
+
+def _ended(main, capsys):
+    """How `run_stage(main)` ends: (exit status or message, stderr)."""
+    from pipelines.common import run_stage
+
+    try:
+        run_stage(main)
+    except SystemExit as end:
+        return end.code, capsys.readouterr().err
+    raise AssertionError("run_stage returned")
+
+
+def test_a_full_disk_and_ctrl_c_end_a_stage_in_one_line(capsys, tmp_path):
+    def full():
+        raise OSError(28, "No space left on device", str(tmp_path / "metrics.json"))
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    def bug():
+        raise OSError(9, "Bad file descriptor")
+
+    assert _ended(full, capsys)[0] == (f"error: {tmp_path / 'metrics.json'}: No space left on device; the stage's "
+                                       "previous outputs are kept")
+    code, err = _ended(interrupted, capsys)
+    assert code == 130 and err.count("\n") == 1 and err.startswith("interrupted: the stage's previous outputs")
+    with pytest.raises(OSError, match="Bad file descriptor"):  # not a disk's: a bug keeps its traceback
+        _ended(bug, capsys)
+
+
+_SAVE_UNDER_LIMIT = """
+import resource, sys
+from pathlib import Path
+from baselines.grpo import GRPO
+from lopd.core import checkpoint
+from lopd.core.config import resolve
+from lopd.core.domain import Domain
+from lopd.core.models import load_model, load_tokenizer
+
+base, out = Path(sys.argv[1]), Path(sys.argv[2])
+model, cfg = load_model(base), resolve({"profile": "smoke"})
+optimizer = __import__("torch").optim.AdamW(model.parameters())
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))  # `ulimit -f 4`: no file past 4 KiB
+try:
+    checkpoint.save(out, model, load_tokenizer(base), optimizer, 1, [], [], {}, GRPO(cfg, Domain.scratch("x")))
+except checkpoint.UnwritableOutput as err:
+    print(err)
+"""
+
+
+def test_a_save_past_the_file_size_limit_says_so_and_leaves_no_temporary_folder(tiny_model_dir, tmp_path):
+    out = tmp_path / "grpo"
+    proc = subprocess.run([sys.executable, "-c", _SAVE_UNDER_LIMIT, str(tiny_model_dir), str(out)],
+                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
+    assert proc.stdout.startswith(f"{out}: cannot save step 1 ("), proc.stdout + proc.stderr
+    assert proc.stdout.strip().endswith("the last saved step is kept") and list(out.iterdir()) == []

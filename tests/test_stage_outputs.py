@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from lopd.core.config import REPO_ROOT
-from pipelines.common import write_metrics
+from pipelines.common import UnwritableOutput, check_writable, replacing, write_metrics
 from pipelines.train import train_summary
 
 
@@ -27,6 +27,34 @@ def test_write_metrics_refuses_anything_but_numbers_before_writing(tmp_path, bad
     with pytest.raises(TypeError, match="must be a number"):
         write_metrics(path, "s", bad)
     assert not path.exists()
+
+
+def test_outputs_are_replaced_together_once_all_are_written(tmp_path):
+    old, new = tmp_path / "old.json", tmp_path / "plots" / "new.png"
+    old.write_text("previous")
+    with pytest.raises(OSError, match="disk full"):
+        with replacing(old, new) as (old_file, new_file):
+            old_file.write_text("next")
+            raise OSError(28, "disk full")  # what a full disk raises while the figure is written
+    assert old.read_text() == "previous" and sorted(p.name for p in tmp_path.rglob("*")) == ["old.json", "plots"]
+    with replacing(old, new) as (old_file, new_file):
+        old_file.write_text("next")
+        new_file.write_text("figure")
+    assert old.read_text() == "next" and new.read_text() == "figure"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["new.png", "old.json", "plots"]
+
+
+def test_an_unwritable_output_folder_is_named_before_anything_is_written(tmp_path, read_only):
+    (tmp_path / "plots").mkdir()
+    read_only(tmp_path / "plots")
+    with pytest.raises(UnwritableOutput, match=f"^{tmp_path / 'plots'}: cannot write here .*; the stage changed "
+                                               "nothing$"):
+        with replacing(tmp_path / "metrics.json", tmp_path / "plots" / "curve.json"):
+            raise AssertionError("not reached")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plots"]
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UnwritableOutput, match="file/sub: cannot write here"):  # a file where a folder should be
+        check_writable([tmp_path / "file" / "sub" / "x.json"])
 
 
 def test_train_summary_reads_the_history():

@@ -19,6 +19,13 @@ atomically replacing manifest.json; older folders are deleted after the commit. 
 leaves the manifest naming a complete folder whose weights and trainer state belong to the same step. Loading reads
 the manifest and, if it is missing, unreadable or names an incomplete folder, falls back to the newest complete
 step folder.
+
+A run saves its steps into a work folder (`work_dir`), not into the checkpoint folder, and `publish` moves its last
+step there only when the run ends. The checkpoint folder is a DVC output, which `dvc exp run` restores from the cache
+before it runs a stage, and a queued experiment runs in a fresh copy of the repository: a killed run's steps kept
+there would be lost to the next try. The work folder is beside the checkpoint folder, in the repository DVC was
+started in, under `.resume/`, and named after the run's fingerprint, so only a run of the same config, code and
+inputs finds it (`resume_point`).
 """
 
 from __future__ import annotations
@@ -28,11 +35,13 @@ import json
 import os
 import re
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
+from safetensors import SafetensorError
 
 from lopd.core import provenance, registry
 from lopd.core.config import Config, resolve_path
@@ -44,6 +53,8 @@ MANIFEST = "manifest.json"
 TRAINER_STATE = "trainer_state.pt"
 MODEL = "model"
 TMP_PREFIX = ".tmp-"
+RESUME = ".resume"
+"""The folder, beside a checkpoint folder, of its runs' work folders (`work_dir`)."""
 STAGE_MODULE = "pipelines.train"
 """The CLI every training stage runs (`train@<method>`, `train_agentic@<method>`, `train_lopd`); the stage passes
 its full module list (with its domain's task module) to `train`, whose import closure is the checkpoint's code."""
@@ -54,6 +65,10 @@ _BUDGET_KEYS = ("steps", "save_every", "activation_checkpointing")
 """Config keys that may change without invalidating a checkpoint: step budgets (an interrupted run may be extended),
 how often it saves, and activation checkpointing (same gradients). Not `train.sharding`: checkpoints of both modes
 share one format, but resuming across modes is untested, so a changed mode starts fresh."""
+
+
+class UnwritableOutput(Exception):
+    """A folder an output cannot be written to (read-only, full, over the file-size limit, or not a folder)."""
 
 
 @dataclass
@@ -123,6 +138,37 @@ def stale_reason(checkpoint: Checkpoint, expected: dict[str, str], steps: int) -
     return None
 
 
+def key(fingerprint: dict[str, str]) -> str:
+    return f"{fingerprint['config']}-{fingerprint['code']}"
+
+
+def work_dir(out_dir: str | Path, fingerprint: dict[str, str]) -> Path:
+    """Where a run with `fingerprint` that publishes into `out_dir` saves its steps until it ends (see the module
+    docstring): `<parent>/.resume/<name>/<key>`. In a queued DVC experiment, which runs in a copy of the repository,
+    `<parent>` is the same folder in the repository DVC was started in (DVC sets DVC_ROOT to it), so the next try of
+    the experiment, in a new copy, finds the steps."""
+    out_dir = Path(out_dir).resolve()
+    parent = out_dir.parent
+    copy = next((d for d in out_dir.parents if (d / ".dvc").is_dir()), None)  # the repository the stage runs in
+    if (root := os.environ.get("DVC_ROOT")) and copy:
+        parent = Path(root).resolve() / parent.relative_to(copy)
+    return parent / RESUME / out_dir.name / key(fingerprint)
+
+
+def resume_point(out_dir: str | Path, fingerprint: dict[str, str], steps: int) -> Checkpoint | None:
+    """The checkpoint a run with `fingerprint` and budget `steps` continues from: an unfinished run's last step in its
+    work folder, else the finished run in `out_dir` if it is this run (or one this run extends); None (saying why in
+    one line) if neither will do."""
+    for folder in (work_dir(out_dir, fingerprint), Path(out_dir)):
+        found = load(folder)
+        if found is None:
+            continue
+        if (reason := stale_reason(found, fingerprint, steps)) is None:
+            return found
+        print(f"{folder}: {reason}; starting fresh")
+    return None
+
+
 # --- saving --------------------------------------------------------------------------------------------------------
 
 def _fsync(path: Path) -> None:
@@ -146,22 +192,27 @@ def save(out_dir: str | Path, model, tokenizer, optimizer, step: int, history: l
     when their own are shards (the training loop gathers them) or merged (a LoRA student), else the model's and the
     optimizer's. `adapter`: a LoRA student's adapter, which a resume loads onto the base model.
 
-    Deliberately no try/finally: a failure at any point must leave exactly what a kill there would.
+    No try/finally past the writes: a failure at any point after them must leave exactly what a kill there would.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_path(out_dir, "save")
     tmp.mkdir()
-    _crash_point("save_started")
-    model.save_pretrained(tmp / MODEL, state_dict=state_dict)
-    tokenizer.save_pretrained(tmp / MODEL)
-    _crash_point("model_written")
-    files = {p.relative_to(tmp).as_posix(): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
-    optimizer_state = optimizer.state_dict() if optimizer_state is None else optimizer_state
-    torch.save({"step": step, "optimizer": optimizer_state, "history": history, "validation": validation,
-                "fingerprint": fingerprint,
-                "method": method.state_dict(), "files": files, **({"adapter": adapter} if adapter else {})},
-               tmp / TRAINER_STATE)
+    try:
+        _crash_point("save_started")
+        model.save_pretrained(tmp / MODEL, state_dict=state_dict)
+        tokenizer.save_pretrained(tmp / MODEL)
+        _crash_point("model_written")
+        files = {p.relative_to(tmp).as_posix(): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
+        optimizer_state = optimizer.state_dict() if optimizer_state is None else optimizer_state
+        torch.save({"step": step, "optimizer": optimizer_state, "history": history, "validation": validation,
+                    "fingerprint": fingerprint,
+                    "method": method.state_dict(), "files": files, **({"adapter": adapter} if adapter else {})},
+                   tmp / TRAINER_STATE)
+    except (OSError, SafetensorError, RuntimeError) as err:  # a full disk or a file-size limit, as each writer says it
+        shutil.rmtree(tmp, ignore_errors=True)  # (a kill, which raises nothing, leaves it to the next save's prune)
+        raise UnwritableOutput(f"{out_dir}: cannot save step {step} ({type(err).__name__}: "
+                               f"{str(err).splitlines()[0]}); the last saved step is kept") from None
     _crash_point("state_written")
     for path in [*tmp.rglob("*"), tmp]:
         _fsync(path)
@@ -191,9 +242,11 @@ def write_manifest(out_dir: str | Path, method: str, steps: int, weights: str) -
     _fsync(out_dir)
 
 
-def finish(out_dir: str | Path) -> None:
-    """End a run: keep only the committed step folder and drop its AdamW state (see the module docstring). The
-    trainer state is replaced atomically, so a kill here leaves it with or without the optimizer, never broken."""
+def finish(out_dir: str | Path, timings: Sequence[str] = ()) -> None:
+    """End a run: keep only the committed step folder and drop its AdamW state (see the module docstring) and the
+    `timings` keys of its histories, so two runs that compute the same weights write the same bytes (DVC then has no
+    reason to re-run what reads them). The trainer state is replaced atomically, so a kill here leaves it with or
+    without the optimizer, never broken."""
     out_dir = Path(out_dir)
     prune(out_dir, keep=1)
     committed = _committed(out_dir)[0]
@@ -203,14 +256,48 @@ def finish(out_dir: str | Path) -> None:
     # Memory-mapped: the live run still holds its model and optimizer, and reading the 5 GB of AdamW moments only to
     # drop them had the kernel kill SDPO's and SDFT's runs here (24 GB). Unread pages never enter memory.
     state = torch.load(path, weights_only=True, mmap=True)
-    if state.get("optimizer") is None:
+    # keys interned: pickle writes a string object once and then refers to it, so rows read back from a resumed
+    # checkpoint (each with its own key strings) would otherwise pickle longer than the same rows never saved
+    histories = {name: [{sys.intern(k): v for k, v in row.items() if k not in timings} for row in state[name]]
+                 for name in ("history", "validation") if name in state}
+    if state.get("optimizer") is None and all(histories[name] == state[name] for name in histories):
         return
     tmp = _tmp_path(out_dir, TRAINER_STATE)
-    torch.save({**state, "optimizer": None}, tmp)
+    torch.save({**state, "optimizer": None, **histories}, tmp)
     _fsync(tmp)
     _crash_point("finishing")
     os.replace(tmp, path)
     _fsync(path.parent)
+
+
+def publish(work: str | Path, out_dir: str | Path) -> None:
+    """Move a finished run's committed step folder from its work folder into `out_dir`, in place of what was there,
+    and delete the work folder. The manifest's replacement commits, as in `save`: a kill before the move leaves the
+    work folder whole (the next run publishes it again), one after it leaves the step folder in `out_dir`, which
+    `load` falls back to."""
+    work, out_dir = Path(work), Path(out_dir)
+    manifest, committed = _read_manifest(work), _committed(work)[0]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    final = out_dir / committed
+    if final.exists():  # the previous run's folder of the same step, or this one's from a publish killed midway
+        final.rename(_tmp_path(out_dir, final.name))
+    shutil.move(work / committed, final)  # a rename: the work folder is on the same file system
+    _fsync(out_dir)
+    _crash_point("published")
+    write_manifest(out_dir, manifest["method"], manifest["steps"], weights=manifest["weights"])
+    prune(out_dir, keep=1)
+    discard(work)
+
+
+def discard(work: str | Path) -> None:
+    """Delete a run's work folder, and `.resume/<name>` and `.resume` above it once nothing else is in them."""
+    work = Path(work)
+    shutil.rmtree(work, ignore_errors=True)
+    for empty in (work.parent, work.parent.parent):
+        try:
+            empty.rmdir()
+        except OSError:  # not empty (another run's work folder), or already gone
+            break
 
 
 def _tmp_path(out_dir: Path, label: str) -> Path:

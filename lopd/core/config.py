@@ -28,6 +28,9 @@ from omegaconf.errors import OmegaConfBaseException
 from lopd.core import registry
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+UNTRAINED = "a trained method with 0 steps would replace its checkpoint with the base weights; vanilla is the " \
+            "untrained row"
+"""Why a step budget is at least 1."""
 CONF_DIR = REPO_ROOT / "conf"
 PROFILES_NAMES = tuple(sorted(p.stem for p in (CONF_DIR / "profile").glob("*.yaml")))
 KNOWN_BENCHMARKS = ("lcb_v5", "lcb_v6", "humaneval_plus", "mbpp_plus")  # Table 2's columns
@@ -187,7 +190,7 @@ class TrainConfig:
     """The Linear layers (by name) that get an adapter: every attention and MLP projection, as the composer's."""
 
     def __post_init__(self) -> None:
-        require(self.steps >= 0, "train.steps: must be >= 0")
+        require(self.steps >= 1, f"train.steps: must be >= 1 ({UNTRAINED})")
         require(self.rollouts_per_step >= 1, "train.rollouts_per_step: must be >= 1")
         require(self.lr > 0, "train.lr: must be > 0")
         require(self.weight_decay >= 0, "train.weight_decay: must be >= 0")
@@ -217,7 +220,7 @@ class MethodConfig:
     as it starts (the learning race's control: `learn.runs`)."""
 
     def _check_steps(self, section: str) -> None:
-        require(self.steps is None or self.steps >= 0, f"{section}.steps: must be >= 0 or null")
+        require(self.steps is None or self.steps >= 1, f"{section}.steps: must be >= 1 or null ({UNTRAINED})")
         require(self.lr is None or self.lr >= 0, f"{section}.lr: must be >= 0 or null")
 
 
@@ -386,7 +389,7 @@ class AgenticConfig:
         require((self.envscaler_envs is None) == (self.envscaler_tasks is None),
                 "agentic.envscaler_envs and agentic.envscaler_tasks: set both (official data) or neither (built-in)")
         require(0 < self.test_fraction < 1, "agentic.test_fraction: must be in (0, 1)")
-        require(self.steps is None or self.steps >= 0, "agentic.steps: must be >= 0 or null")
+        require(self.steps is None or self.steps >= 1, f"agentic.steps: must be >= 1 or null ({UNTRAINED})")
         require(self.rollouts_per_step is None or self.rollouts_per_step >= 1,
                 "agentic.rollouts_per_step: must be >= 1 or null")
         for name in ("max_steps", "acebench_max_steps", "max_step_tokens", "max_context_tokens", "user_max_tokens"):
@@ -625,24 +628,10 @@ class Config:
                     f"learn.rollouts_per_step: must be a multiple of {name}.group_size ({group})")
         if isinstance(self.launch.processes, int):
             require(not (error := process_split_error(self, self.launch.processes)), f"launch.processes: {error}")
-        self._require_training_steps()
         a = self.agentic
         require(a.max_step_tokens < a.max_context_tokens,
                 f"agentic.max_step_tokens: must be < agentic.max_context_tokens ({a.max_context_tokens}), "
                 "or no episode can take a step")
-
-    def _require_training_steps(self) -> None:
-        """A trained method's budget is at least one step: 0 would finish its stage with the base weights as its
-        checkpoint (and `rollouts: 0` metrics). Vanilla, which trains nothing, is the untrained row."""
-        why = "a trained method with 0 steps would replace its checkpoint with the base weights; vanilla is the " \
-              "untrained row"
-        require(self.agentic.steps != 0, f"agentic.steps: must be >= 1 or null ({why})")
-        for name, section in self.method_sections.items():  # every branch of dvc.yaml, whatever the method lists
-            if isinstance(section, MethodConfig):
-                if section.steps is not None:
-                    require(section.steps >= 1, f"{name}.steps: must be >= 1 or null ({why})")
-                else:
-                    require(self.train.steps >= 1, f"train.steps: must be >= 1 ({name} trains that many steps; {why})")
 
     def rollouts_per_task(self) -> dict[str, int]:
         """Each method the run trains or evaluates (`methods`, `baseline_methods`): its rollouts per task, its group

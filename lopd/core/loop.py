@@ -224,6 +224,8 @@ class Run:
     optimizer: torch.optim.Optimizer
     backend: Any
     out_dir: Path
+    """Where the finished run's checkpoint goes (a DVC output); its steps are saved in `work_dir` until then."""
+    work_dir: Path
     fingerprint: dict[str, str]
     steps: int
     tasks_per_step: int
@@ -257,7 +259,6 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
     `stage_modules` are the modules the calling stage runs (pipelines.common.stage_modules): with the method's
     module, their import closure is the code a checkpoint must match to be resumed."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     if not method.trains:
         checkpoint.write_manifest(out_dir, method.name, 0, weights="base")
         return {"history": [], "validation": []}
@@ -296,12 +297,9 @@ def setup(cfg: Config, method: Method, tasks: Sequence[Task], base_dir: str | Pa
     check_weights(base_dir)  # a corrupt base model is named as such, not mistaken for a changed input below
     steps = method.steps(cfg)
     fingerprint = checkpoint.fingerprint(cfg, method, base_dir, stage_modules)
-    resumed = checkpoint.load(out_dir)
-    if resumed and (reason := checkpoint.stale_reason(resumed, fingerprint, steps)):
-        print(f"{out_dir}: {reason}; starting fresh")
-        resumed = None
+    resumed = checkpoint.resume_point(out_dir, fingerprint, steps)
     if tracker:
-        tracker.begin(f"{fingerprint['config']}-{fingerprint['code']}", resumed.step if resumed else 0)
+        tracker.begin(checkpoint.key(fingerprint), resumed.step if resumed else 0)
     start_dir = resumed.model_dir if resumed else base_dir
     sharded = cfg.train.sharding == "fsdp2" and accelerator.num_processes > 1
     if sharded and cfg.train.lora_rank:
@@ -316,8 +314,8 @@ def setup(cfg: Config, method: Method, tasks: Sequence[Task], base_dir: str | Pa
     optimizer = policy_optimizer(model, method, cfg)
     if is_lora(model) and accelerator.num_processes > 1:
         synchronise_only(model, trainable(model))
-    run = Run(cfg, method, accelerator, tokenizer, model, optimizer, None, out_dir, fingerprint, steps,
-              tasks_per_step, resumed)
+    run = Run(cfg, method, accelerator, tokenizer, model, optimizer, None, out_dir,
+              checkpoint.work_dir(out_dir, fingerprint), fingerprint, steps, tasks_per_step, resumed)
     if resumed:
         restore(run, sharded)
     if sharded:  # no DDP wrapper: accelerate only adds its autocast to the forward (what evaluation_mode does)
@@ -416,6 +414,10 @@ def train_step(run: Run, collect: Rollouts, tasks: Sequence[Task], step: int) ->
     return metrics, t2 - t0
 
 
+TIMINGS = ("time_sampling_s", "time_reward_s", "time_update_s", "rollout_tokens_per_s")
+"""The per-step metrics a rerun of the same step does not reproduce: kept out of a finished checkpoint."""
+
+
 def step_metrics(trajectories: Sequence[Trajectory], previous_tokens: int, cumulative_rollouts: int,
                  sampling_s: float, reward_s: float, update_s: float) -> dict[str, float]:
     """The step's rollout statistics, named as TRL's GRPOTrainer logs them; `num_tokens` (prompts and every turn)
@@ -440,20 +442,25 @@ def step_metrics(trajectories: Sequence[Trajectory], previous_tokens: int, cumul
 
 
 def finish(run: Run) -> None:
-    """Close the run: a call that trained nothing (re)commits what the run stands for; then the checkpoint drops its
-    fallback folder and its AdamW state, which a finished run no longer needs."""
-    if run.start_step == run.steps:
-        if run.resumed and run.accelerator.is_main_process:  # it may have been a fallback from a broken manifest
-            checkpoint.write_manifest(run.out_dir, run.method.name, run.steps, weights=run.resumed.weights)
-        elif not run.resumed:
-            save_run(run, 0)
+    """Close the run: its last step, without the fallback folder, the AdamW state and the timings, which a finished
+    run no longer needs, goes from the work folder to the checkpoint folder. A run that found its finished
+    checkpoint there (re)commits it: it may have been a fallback from a broken manifest."""
+    published = run.start_step == run.steps and run.resumed is not None and run.resumed.dir.parent == run.out_dir
+    if run.start_step == run.steps and not run.resumed:
+        save_run(run, 0)
     if run.accelerator.is_main_process:
-        checkpoint.finish(run.out_dir)
+        if published:
+            checkpoint.write_manifest(run.out_dir, run.method.name, run.steps, weights=run.resumed.weights)
+            checkpoint.finish(run.out_dir, TIMINGS)
+        else:
+            checkpoint.finish(run.work_dir, TIMINGS)
+            checkpoint.publish(run.work_dir, run.out_dir)
+        checkpoint.discard(run.work_dir)
     run.accelerator.wait_for_everyone()
 
 
 def save_run(run: Run, step: int) -> None:
-    save(run.accelerator, run.out_dir, run.model, run.tokenizer, run.optimizer, step, run.history, run.validated,
+    save(run.accelerator, run.work_dir, run.model, run.tokenizer, run.optimizer, step, run.history, run.validated,
          run.fingerprint, run.method)
 
 

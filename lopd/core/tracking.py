@@ -51,8 +51,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from lopd.core.config import REPO_ROOT, Config, ConfigError, mlflow_uri, parse_yaml, read_yaml
-from lopd.core.experiments import flatten, is_dvc_generated, profile_overrides, readable_name
+from lopd.core.config import REPO_ROOT, Config, ConfigError, load_config, mlflow_uri, parse_yaml, read_yaml
+from lopd.core.experiments import flatten, is_dvc_generated, readable_name
 from lopd.core.provenance import PACKAGES
 
 OFF = "off"
@@ -237,11 +237,12 @@ def last_activity_ms(client, run) -> int:
     return max(times, default=run.info.start_time)
 
 
-def settle_dead_runs(client, experiment_id: str, stage: str, host: str) -> None:
-    """End KILLED every RUNNING run of `stage` on `host` whose process has ended (a SIGKILL, a lost machine), at its
-    last logged metric, and settle its parent; runs of another host are left alone: their process cannot be seen."""
+def settle_dead_runs(client, experiment_id: str, host: str) -> None:
+    """End KILLED every RUNNING run on `host` whose process has ended (a SIGKILL, a lost machine), at its last logged
+    metric, and settle its parent: whichever stage starts next, so the UI shows a killed stage as such before that
+    stage runs again. Runs of another host are left alone: their process cannot be seen."""
     found = client.search_runs([experiment_id], filter_string=(
-        f"attributes.status = '{RUNNING}' and tags.`{STAGE_TAG}` = '{stage}' and tags.`{HOST_TAG}` = '{host}'"))
+        f"attributes.status = '{RUNNING}' and tags.`{HOST_TAG}` = '{host}'"))
     for run in found:
         if is_gone(run.data.tags.get(PROCESS_TAG, "")):
             client.set_terminated(run.info.run_id, KILLED, end_time=last_activity_ms(client, run))
@@ -279,22 +280,29 @@ def find_or_create_parent(client, experiment_id: str, key: str, describe) -> tup
         return found[0].info.run_id, found[0].info.run_name
     name, tags, params = describe()
     run_id = client.create_run(experiment_id, run_name=name, tags={INVOCATION_TAG: key, **tags}).info.run_id
-    client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()])
+    entities = [Param(k, v) for k, v in params.items()]
+    for start in range(0, len(entities), 100):  # MLflow's limit: 100 params a request
+        client.log_batch(run_id, params=entities[start:start + 100])
     return run_id, name
 
 
 def describe_invocation(environ: Mapping[str, str], source_tags: dict[str, str]) -> tuple[str, dict, dict]:
-    """Name, tags and params of an invocation's parent run, from the params.yaml DVC runs it with: the profile and
-    the params that differ from the profile's composition (its `-S` overrides). An experiment DVC named at random
-    is named after what it changed instead (`readable_name`: `margin-0.02`)."""
+    """Name, tags and params of an invocation's parent run, from the params.yaml DVC runs it with: every resolved
+    param, as its stages log them, so MLflow's Compare sets two invocations' values side by side (its "Show diff only"
+    hides the equal ones). An experiment DVC named at random is named after what it changed instead
+    (`readable_name`: `margin-0.02`)."""
     params = read_yaml(PARAMS_FILE)
     tags = {**source_tags, **({"dvc.baseline_rev": environ["DVC_EXP_BASELINE_REV"]}
                               if environ.get("DVC_EXP_BASELINE_REV") else {})}
     name = environ.get("DVC_EXP_NAME") or REPRO_RUN_NAME
     if environ.get("DVC_EXP_NAME") and is_dvc_generated(name):
         name = readable_name(params, baseline_params(environ.get("DVC_EXP_BASELINE_REV", "HEAD"))) or name
-    overrides = profile_overrides(params)
-    return name, tags, {"profile": params["profile"], **{k: str(v)[:500] for k, v in overrides.items()}}
+    return name, tags, run_params(load_config(PARAMS_FILE))
+
+
+def run_params(cfg: Config) -> dict[str, str]:
+    """A config as MLflow params: dotted keys, values cut to 500 characters (MLflow's limit on older stores)."""
+    return {k: str(v)[:500] for k, v in flatten(cfg.to_dict()).items()}
 
 
 def baseline_params(rev: str) -> dict[str, Any] | None:
@@ -404,7 +412,7 @@ class Tracker:
         # the processes that ran the stage (`launch.processes` may say auto); process 0 alone logs
         tags = {STAGE_TAG: self.stage, "lopd.processes": env.get("WORLD_SIZE", "1"), HOST_TAG: host,
                 PROCESS_TAG: process_identity(), **source}
-        params = {k: str(v)[:500] for k, v in flatten(cfg.to_dict()).items()}
+        params = run_params(cfg)
         if system_metrics:
             _configure_system_metrics(mlflow)
         with self._lock:  # first use of a fresh store creates its schema: only one process may do that
@@ -412,7 +420,7 @@ class Tracker:
             client = mlflow.MlflowClient()
             experiment_id = get_or_create_experiment(mlflow, name, artifacts)
             mlflow.set_experiment(experiment_id=experiment_id)
-            settle_dead_runs(client, experiment_id, self.stage, host)
+            settle_dead_runs(client, experiment_id, host)
             run_name = self.stage
             if key:
                 self.parent_run_id, parent_name = find_or_create_parent(
@@ -507,7 +515,11 @@ class Tracker:
         self._client.set_tag(self.parent_run_id, CACHED_STAGES_TAG, ", ".join(cached) or "none")
 
     def log_artifact(self, path: str | Path) -> None:
-        self._guard(self._in_run, lambda: self._mlflow.log_artifact(str(path)))
+        """Log a file under its path in the repository (`plots/train/grpo.json`, beside `metrics/train/grpo.json`),
+        a file outside it at the artifacts' root."""
+        path = Path(path).resolve()
+        folder = path.parent.relative_to(REPO_ROOT).as_posix() if path.is_relative_to(REPO_ROOT) else ""
+        self._guard(self._in_run, lambda: self._mlflow.log_artifact(str(path), artifact_path=folder.strip(".") or None))
 
     def log_figure(self, fig, artifact_file: str) -> None:
         """Save a matplotlib figure into the run's artifacts as `artifact_file` (e.g. `curves/loss.png`)."""
