@@ -184,7 +184,8 @@ def test_a_resumed_lora_run_equals_the_uninterrupted_one(tiny_model_dir, tmp_pat
     monkeypatch.setattr(checkpoint, "_crash_point", crash)
     with pytest.raises(Killed):
         run(tmp_path / "resumed")
-    assert checkpoint.load(tmp_path / "resumed").state["adapter"]
+    (work,) = (tmp_path / checkpoint.RESUME / "resumed").iterdir()  # the killed run's steps, until it ends
+    assert checkpoint.load(work).state["adapter"]
     monkeypatch.undo()
     resumed = run(tmp_path / "resumed")
     untimed = [[{k: v for k, v in h.items() if not k.startswith("time_") and k != "rollout_tokens_per_s"}
