@@ -4,7 +4,7 @@ per value of one setting (lr or steps) of one race run, each re-running that run
 beside the run's committed result.
 
   python scripts/learn_sweep.py queue grpo lr 1e-5 3e-5    # then: dvc queue start (one at a time: 2 cores)
-  python scripts/learn_sweep.py table grpo lr              # reports/tables/learning_race_sweep_grpo.{md,csv}
+  python scripts/learn_sweep.py table grpo lr              # reports/tables/learning_race_sweep_grpo_lr.{md,csv}
 
 A point is experiment `learn-<run>-<setting><value>` (e.g. learn-grpo-lr3e-05); the table takes every finished
 experiment of that name pattern whose params differ from the workspace's only in that run's entry, with the commit it
@@ -125,7 +125,7 @@ def main() -> None:
              "minus step 0 with its paired bootstrap 95% CI over the tasks, called only where it excludes 0.",
              "Commit: the workspace's committed result, or the experiment and the commit it ran on."]
     table = Table(COLUMNS, [(row["point"], row) for row in rows], notes, digits=3)
-    out = TABLES / f"learning_race_sweep_{args.run}"
+    out = TABLES / f"learning_race_sweep_{args.run}_{args.setting}"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".md").write_text(to_markdown(table, f"Learning race sweep: {args.run}'s {args.setting} "
                                                          f"({cfg.profile} profile, model {cfg.model.name})"))

@@ -1,8 +1,13 @@
-"""The benchmark scripts (scripts/bench_*.py, tool_call_rate.py) stop as the stages do when an input is missing."""
+"""The benchmark and diagnostic scripts (scripts/bench_*.py, tool_call_rate.py, teacher_openings.py): they stop as the
+stages do when an input is missing, and their arithmetic is checked by hand or against a brute-force count."""
 
+import math
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,3 +36,16 @@ def test_the_validation_benchmark_predicts_from_the_recorded_run(load_script):
     overhead = 2 * bench.DVC_STAGE_OVERHEAD_S
     assert out["end_to_end_h"][32] == round((7200 + overhead) / 3600, 2)
     assert out["end_to_end_h"][64] == round((7200 + overhead + 5 * 20 - 8 * 10) / 3600, 2)
+
+
+def test_teacher_openings_sums_the_first_tokens_that_open_a_code_fence(load_script, tiny_model, tokenizer):
+    """scripts/teacher_openings.py: the fence tokens are those whose text starts with ``` (found here by decoding each
+    token id), and a prompt's opening mass is their share of the next-token distribution (summed one id at a time)."""
+    openings = load_script("teacher_openings")
+    by_decoding = {i for i in range(len(tokenizer)) if tokenizer.decode([i]).lstrip().startswith("```")}
+    assert set(openings.fence_ids(tokenizer)) == by_decoding and by_decoding
+    prompt = tokenizer("def add(a, b):")["input_ids"]
+    with torch.no_grad():
+        logits = tiny_model(torch.tensor([prompt])).logits[0, -1].double()
+    probs = [math.exp(logits[i].item() - torch.logsumexp(logits, 0).item()) for i in sorted(by_decoding)]
+    assert openings.opening_mass(tiny_model, prompt, sorted(by_decoding)) == pytest.approx(sum(probs), rel=1e-5)
