@@ -17,15 +17,18 @@ the composer does (lopd/latent/composer.py), without peft's requires_grad bookke
 from __future__ import annotations
 
 import contextlib
+import sys
 import warnings
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
-from peft.tuners.lora import LoraLayer
 
 from lopd.core.config import TrainConfig
+
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from peft.tuners.lora import LoraLayer
 
 STUDENT, EMA_TEACHER = "student", "ema_teacher"
 
@@ -55,25 +58,41 @@ def peft_wrapping() -> Iterator[None]:
 def add_student_adapter(model: torch.nn.Module, train: TrainConfig) -> PeftModel:
     """`model` (the base, wrapped in place) as a LoRA student: a `train.lora_rank` adapter on `train.lora_targets`
     whose B starts at zero, so that the student starts as the base model; the base weights frozen."""
+    from peft import LoraConfig, get_peft_model
+
     lora = LoraConfig(r=train.lora_rank, lora_alpha=train.lora_alpha, lora_dropout=0.0,
                       target_modules=list(train.lora_targets), bias="none")
     with peft_wrapping():
         return get_peft_model(model, lora, adapter_name=STUDENT)
 
 
+def _peft_loaded() -> bool:
+    """Whether this process has imported peft. Only then can a model be peft's; the checks below import it no sooner,
+    as that import adds ~1.5 s to the start of every stage, and most stages never build a LoRA model."""
+    return "peft" in sys.modules
+
+
 def is_lora(model: torch.nn.Module) -> bool:
     """Whether `model` (possibly DDP-wrapped) is a LoRA student."""
+    if not _peft_loaded():
+        return False
+    from peft import PeftModel
+
     return isinstance(getattr(model, "module", model), PeftModel)
 
 
 def lora_layers(model: torch.nn.Module) -> list[LoraLayer]:
+    if not _peft_loaded():
+        return []
+    from peft.tuners.lora import LoraLayer
+
     return [m for m in model.modules() if isinstance(m, LoraLayer)]
 
 
 def base_module(model: torch.nn.Module) -> torch.nn.Module:
     """The transformers model under the wrappers (DDP, peft): what a checkpoint's config comes from."""
     model = getattr(model, "module", model)
-    return model.get_base_model() if isinstance(model, PeftModel) else model
+    return model.get_base_model() if is_lora(model) else model
 
 
 def merged_parameters(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
@@ -81,7 +100,8 @@ def merged_parameters(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tenso
     layer's weight is computed as W + its student delta (a new tensor), every other tensor is the model's own
     (detached, no copy). Adapters are left out, the base weights untouched."""
     base = base_module(model)
-    adapted = {name: module for name, module in base.named_modules() if isinstance(module, LoraLayer)}
+    layers = set(lora_layers(base))
+    adapted = {name: module for name, module in base.named_modules() if module in layers}
     for name, tensor in base.state_dict(keep_vars=True).items():
         if ".lora_" in name:
             continue
