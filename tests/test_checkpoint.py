@@ -140,6 +140,23 @@ def test_a_kill_while_dropping_the_optimizer_state_leaves_a_checkpoint_the_rerun
     _assert_equals_reference(out, reference)
 
 
+def test_a_kill_between_publishing_the_step_and_its_manifest_is_finished_by_the_rerun(tiny_model_dir, reference,
+                                                                                      tmp_path, monkeypatch, capsys):
+    """The step folder has moved into the checkpoint folder, whose manifest does not name it yet (no manifest, for a
+    first run): `load` falls back to the moved folder, and the rerun commits it without training again."""
+    out = tmp_path / "grpo"
+    _kill_at(monkeypatch, "published", nth=1)
+    with pytest.raises(Killed):
+        _train(tiny_model_dir, out)
+    assert sorted(p.name for p in out.iterdir()) == [checkpoint.step_name(STEPS)]
+    assert checkpoint.load(out).step == STEPS
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert _train(tiny_model_dir, out)["history"][-1]["step"] == STEPS
+    assert f"resuming grpo from step {STEPS}\n" in capsys.readouterr().out
+    _assert_equals_reference(out, reference)
+
+
 def test_finishing_drops_the_optimizer_state_reading_it_memory_mapped(tmp_path, monkeypatch):
     """The live run still holds its model and optimizer when it finishes: reading the AdamW moments into memory only
     to drop them is what had the kernel kill SDPO's and SDFT's cpu-profile runs here."""

@@ -271,10 +271,10 @@ def finish(out_dir: str | Path, timings: Sequence[str] = ()) -> None:
 
 
 def publish(work: str | Path, out_dir: str | Path) -> None:
-    """Move a finished run's committed step folder from its work folder into `out_dir`, in place of what was there,
-    and delete the work folder. The manifest's replacement commits, as in `save`: a kill before the move leaves the
-    work folder whole (the next run publishes it again), one after it leaves the step folder in `out_dir`, which
-    `load` falls back to."""
+    """Move a finished run's committed step folder from its work folder into `out_dir`, in place of what was there;
+    the caller then `discard`s the work folder. The manifest's replacement commits, as in `save`: a kill before the
+    move leaves the work folder whole (the next run publishes it again), one after it leaves the step folder in
+    `out_dir`, which `load` falls back to."""
     work, out_dir = Path(work), Path(out_dir)
     manifest, committed = _read_manifest(work), _committed(work)[0]
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -286,7 +286,6 @@ def publish(work: str | Path, out_dir: str | Path) -> None:
     _crash_point("published")
     write_manifest(out_dir, manifest["method"], manifest["steps"], weights=manifest["weights"])
     prune(out_dir, keep=1)
-    discard(work)
 
 
 def discard(work: str | Path) -> None:
