@@ -513,8 +513,8 @@ import os, signal, sys
 from lopd.core import tracking
 from lopd.core.config import resolve
 
-prefix, stage, end = sys.argv[1:]
-os.environ |= {"DVC_STAGE": stage, "DVC_EXP_NAME": "exp-dead"}
+prefix, stage, end, experiment = sys.argv[1:]
+os.environ |= {"DVC_STAGE": stage, "DVC_EXP_NAME": experiment}
 tracking.process_ancestors = lambda: [(4300, 1000.0, ["/usr/bin/dvc", "repro"])]
 tracker = tracking.Tracker(resolve({"profile": "smoke", "tracking": {"experiment_prefix": prefix}}), stage,
                            resumable=True)
@@ -528,11 +528,12 @@ sys.stdin.read()
 """
 
 
-def start_stage(store, stage: str, end: str) -> tuple[subprocess.Popen, str]:
-    """`_KILLED_STAGE` in a process of its own on the test's store; the process and its run id."""
+def start_stage(store, stage: str, end: str, experiment: str = "exp-dead") -> tuple[subprocess.Popen, str]:
+    """`_KILLED_STAGE` in a process of its own on the test's store, in DVC experiment `experiment`; the process and
+    its run id."""
     env = {k: v for k, v in os.environ.items() if k not in _DVC_VARS} | {"LOPD_MLFLOW_URI": store.uri}
     prefix = store.experiment.removesuffix("-smoke")
-    proc = subprocess.Popen([sys.executable, "-c", _KILLED_STAGE, prefix, stage, end], env=env, text=True,
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_STAGE, prefix, stage, end, experiment], env=env, text=True,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     run_id = proc.stdout.readline().strip()
     assert run_id, proc.stderr.read()
@@ -544,10 +545,12 @@ def test_a_sigkilled_stage_is_marked_killed_at_the_next_stage_start_and_a_live_o
     assert killed.wait(timeout=60) == -signal.SIGKILL
     assert store.client.get_run(killed_id).info.status == "RUNNING"  # what a SIGKILL leaves
     last_logged = max(m.timestamp for m in store.client.get_metric_history(killed_id, "loss"))
-    live, live_id = start_stage(store, "train@sdpo", "live")  # any stage's start, not only the killed stage's
+    # any stage's start, not only the killed stage's; another experiment's, so that it does not rejoin the parent
+    live, live_id = start_stage(store, "train@sdpo", "live", "exp-live")
     try:
         dead = store.client.get_run(killed_id)
         assert dead.info.status == "KILLED" and dead.info.end_time == last_logged
+        assert store.client.get_run(dead.data.tags[tracking.PARENT_TAG]).info.status == "FAILED"
         in_dvc(monkeypatch, "eval@sdpo", "exp-next")
         with Tracker(store.cfg, "eval@sdpo"):
             pass

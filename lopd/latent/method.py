@@ -11,11 +11,11 @@ then beta <- [beta + eta_beta (m - Delta)]_+. The deployed student needs no bank
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
+from accelerate import PartialState
 
 from lopd.core.adapters import is_lora
 from lopd.core.config import Config
@@ -59,7 +59,7 @@ class LOPD(Method):
             p.requires_grad_(self.config.train_composer)
         self.anchors: dict[str, dict] = load_tensors(self.composer_dir / ANCHORS_FILE, map_location=device())
         self.bank, self.retriever = load_bank(self.bank_dir, cfg.bank.self_retrieval)
-        if not self.bank and int(os.environ.get("RANK", "0")) == 0:  # e.g. a base model that solved no training task
+        if not self.bank and PartialState().is_main_process:  # e.g. a base model that solved no training task
             grows = " until it grows (bank.grow_during_training)" if cfg.bank.grow_during_training else ""
             print(f"warning: {self.bank_dir}: the bank is empty, so the teacher reads no privileged context{grows}: "
                   "this trains as self-distillation, not LOPD")
