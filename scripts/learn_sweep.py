@@ -9,6 +9,11 @@ beside the run's committed result.
 A point is experiment `learn-<run>-<setting><value>` (e.g. learn-grpo-lr3e-05); the table takes every finished
 experiment of that name pattern whose params differ from the workspace's only in that run's entry, with the commit it
 ran on. Tune only here, on the held-in tasks, never on a benchmark.
+
+`--measure eval_samples=16` (repeatable) measures every point of a sweep more finely than the workspace's race does:
+the points are named with it (learn-grpo-steps24-eval_samples16), and their table (`..._eval_samples16`) leaves out the
+committed result, measured otherwise. Only the measurement's settings may change this way (MEASUREMENT): the held-in
+tasks come from the workspace's selection.
 """
 
 from __future__ import annotations
@@ -32,21 +37,30 @@ from lopd.core.config import ConfigError, load_config  # noqa: E402
 
 SETTINGS = {"lr": float, "steps": int}
 """The run settings a sweep varies (LearnRun's fields), with their types."""
+MEASUREMENT = ("eval_samples", "eval_every")
+"""The learn settings `--measure` may fix for a whole sweep: how the held-in reward is measured, not what trains."""
 COLUMNS = (("lr", "lr"), ("rollouts", "Rollouts"), ("start", "Held-in, step 0"),
            ("end", "Held-in, end"), ("change", "Change"), ("change_ci", "95% CI"), ("call", "Call"),
            ("commit", "Commit"))
 TABLES = REPO / "reports" / "tables"
 
 
-def experiment_name(run: str, setting: str, value: float | int) -> str:
+def measure_suffix(measure: dict[str, int]) -> str:
+    """`-eval_samples16`: how a sweep's points name the measurement settings they fix ('' for none)."""
+    return "".join(f"-{key}{value}" for key, value in sorted(measure.items()))
+
+
+def experiment_name(run: str, setting: str, value: float | int, measure: dict[str, int] | None = None) -> str:
     """`learn-grpo-lr3e-05`: the DVC experiment of one sweep point."""
-    return f"learn-{run}-{setting}{value:g}"
+    return f"learn-{run}-{setting}{value:g}{measure_suffix(measure or {})}"
 
 
-def point_args(run: str, setting: str, value: float | int) -> list[str]:
-    """`dvc exp run` arguments of one sweep point: that run's stage alone, with the one setting changed."""
-    return ["-n", experiment_name(run, setting, value), "-s", "-S", f"learn.runs.{run}.{setting}={value!r}",
-            f"pipelines/learn/dvc.yaml:learn@{run}"]
+def point_args(run: str, setting: str, value: float | int, measure: dict[str, int] | None = None) -> list[str]:
+    """`dvc exp run` arguments of one sweep point: that run's stage alone, with the one setting changed (and the
+    measurement's settings `measure`, fixed for the whole sweep)."""
+    fixed = [arg for key, v in sorted((measure or {}).items()) for arg in ("-S", f"learn.{key}={v!r}")]
+    return ["-n", experiment_name(run, setting, value, measure), "-s", "-S", f"learn.runs.{run}.{setting}={value!r}",
+            *fixed, f"pipelines/learn/dvc.yaml:learn@{run}"]
 
 
 def _without_run(params: dict[str, Any], run: str) -> dict[str, Any]:
@@ -55,13 +69,17 @@ def _without_run(params: dict[str, Any], run: str) -> dict[str, Any]:
 
 
 def sweep_rows(run: str, setting: str, exps: list[dict], params: dict[str, Any],
-               committed: dict[str, Any] | None) -> list[dict]:
+               committed: dict[str, Any] | None, measure: dict[str, int] | None = None) -> list[dict]:
     """The sweep's table rows, ordered by the setting's value: the workspace's committed result of `run` (its
-    metrics section, or None) and each finished experiment (`evaluation.sweeps.experiments`) named as a point of
-    this sweep whose params equal `params` (the workspace's) except `run`'s entry; the first experiment of a name
-    wins (DVC lists the newest first)."""
-    stage, pattern = f"learn@{run}", re.compile(rf"learn-{re.escape(run)}-{re.escape(setting)}\S+")
-    points = [("workspace", params["learn"]["runs"][run][setting], committed)] if committed else []
+    metrics section, or None; left out under `measure`, which measures otherwise) and each finished experiment
+    (`evaluation.sweeps.experiments`) named as a point of this sweep whose params equal `params` (the workspace's,
+    with `measure`'s learn settings) except `run`'s entry; the first experiment of a name wins (DVC lists the newest
+    first)."""
+    suffix = measure_suffix(measure or {})
+    stage = f"learn@{run}"
+    pattern = re.compile(rf"learn-{re.escape(run)}-{re.escape(setting)}[0-9.e+-]+?{re.escape(suffix)}")
+    points = [("workspace", params["learn"]["runs"][run][setting], committed)] if committed and not measure else []
+    params = {**params, "learn": {**params["learn"], **(measure or {})}}
     seen = set()
     for exp in exps:
         if not pattern.fullmatch(exp["name"]) or exp["name"] in seen:
@@ -85,6 +103,17 @@ def sweep_rows(run: str, setting: str, exps: list[dict], params: dict[str, Any],
     return sorted(rows, key=lambda r: r["_order"])
 
 
+def parse_measure(item: str) -> tuple[str, int]:
+    """`eval_samples=16` -> ("eval_samples", 16); a key outside MEASUREMENT or a count below 1 is a ValueError."""
+    key, _, value = item.partition("=")
+    if key not in MEASUREMENT:
+        raise ValueError(f"--measure {item}: one of {', '.join(MEASUREMENT)} (what trains changes through the run's "
+                         "own settings; the held-in tasks through the selection)")
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"--measure {item}: learn.{key} must be a count >= 1")
+    return key, int(value)
+
+
 def dvc(*args: str) -> str:
     proc = subprocess.run(["dvc", *args], cwd=REPO, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -98,19 +127,23 @@ def main() -> None:
     parser.add_argument("run", help="a run of learn.runs, e.g. grpo")
     parser.add_argument("setting", choices=list(SETTINGS))
     parser.add_argument("values", nargs="*", help="queue: the setting's values, e.g. 1e-5 3e-5")
+    parser.add_argument("--measure", action="append", default=[], metavar="KEY=N",
+                        help=f"a measurement setting fixed for every point ({', '.join(MEASUREMENT)}), e.g. "
+                             "eval_samples=16")
     args = parser.parse_args()
     try:
         cfg = load_config(REPO / "params.yaml")
         if args.run not in cfg.learn.runs:
             raise ConfigError(f"learn.runs: no run named {args.run!r} (runs: {', '.join(cfg.learn.runs)})")
         values = [SETTINGS[args.setting](v) for v in args.values]
+        measure = dict(parse_measure(item) for item in args.measure)
     except (ConfigError, ValueError) as err:
         sys.exit(f"error: {err}")
     if args.action == "queue":
         if not values:
             sys.exit("error: queue: give the setting's values, e.g. `queue grpo lr 1e-5 3e-5`")
         for value in values:
-            dvc("exp", "run", "--queue", *point_args(args.run, args.setting, value))
+            dvc("exp", "run", "--queue", *point_args(args.run, args.setting, value, measure))
         print(f"queued {len(values)} point(s) of learn@{args.run}; run them with `dvc queue start` (one worker), "
               f"then `python scripts/learn_sweep.py table {args.run} {args.setting}`")
         return
@@ -120,12 +153,16 @@ def main() -> None:
     show = json.loads(dvc("exp", "show", "--json", *(a for b in baselines or ["HEAD"] for a in ("--rev", b))))
     metrics_file = REPO / "results" / "learn" / "metrics" / f"{args.run}.json"
     committed = json.loads(metrics_file.read_text()).get(f"learn@{args.run}") if metrics_file.exists() else None
-    rows = sweep_rows(args.run, args.setting, experiments(show), cfg.to_dict(), committed)
+    rows = sweep_rows(args.run, args.setting, experiments(show), cfg.to_dict(), committed, measure)
     notes = ["Each point re-ran only its run's stage (the same held-in tasks, selection and step 0); Change: end "
              "minus step 0 with its paired bootstrap 95% CI over the tasks, called only where it excludes 0.",
              "Commit: the workspace's committed result, or the experiment and the commit it ran on."]
+    if measure:
+        fixed = ", ".join(f"learn.{k} = {v} (the race's: {getattr(cfg.learn, k)})" for k, v in sorted(measure.items()))
+        notes.insert(0, f"Every point, step 0 included, measured with {fixed}; the committed result, measured "
+                        "otherwise, is left out.")
     table = Table(COLUMNS, [(row["point"], row) for row in rows], notes, digits=3)
-    out = TABLES / f"learning_race_sweep_{args.run}_{args.setting}"
+    out = TABLES / f"learning_race_sweep_{args.run}_{args.setting}{measure_suffix(measure).replace('-', '_')}"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".md").write_text(to_markdown(table, f"Learning race sweep: {args.run}'s {args.setting} "
                                                          f"({cfg.profile} profile, model {cfg.model.name})"))

@@ -214,3 +214,34 @@ def test_sweep_table_takes_the_points_of_its_run_and_setting_only():
         ("GRPO · lr 3e-05", "up", "learn-grpo-lr3e-05 (abcdef0)")]
     assert rows[2]["change_ci"] == "[+0.050, +0.400]" and rows[0]["lr"] == "3e-06"
     assert sweep.sweep_rows("grpo", "lr", exps[:1], params, None)[0]["end"] == 0.75  # nothing committed yet
+
+
+def test_a_sweep_measured_otherwise_names_its_points_so_and_takes_only_them():
+    sweep = _sweep_module()
+    measure = {"eval_samples": 16, "eval_every": 6}
+    assert sweep.point_args("grpo", "steps", 24, measure) == [
+        "-n", "learn-grpo-steps24-eval_every6-eval_samples16", "-s", "-S", "learn.runs.grpo.steps=24",
+        "-S", "learn.eval_every=6", "-S", "learn.eval_samples=16", "pipelines/learn/dvc.yaml:learn@grpo"]
+    assert sweep.parse_measure("eval_samples=16") == ("eval_samples", 16)
+    for bad in ("tasks=16", "eval_samples=0", "eval_samples=x"):
+        with pytest.raises(ValueError, match=f"--measure {bad}"):
+            sweep.parse_measure(bad)
+    params = resolve({"profile": "cpu"}).to_dict()
+
+    def point(name, steps, **learn):
+        p = {**params, "learn": {**params["learn"], **learn, "runs": {**params["learn"]["runs"]}}}
+        p["learn"]["runs"]["grpo"] = {**p["learn"]["runs"]["grpo"], "steps": steps}
+        metrics = {"lr": 3e-6, "rollouts": 8 * steps, "start": 0.5, "end": 0.7, "change": 0.2, "change_low": 0.05,
+                   "change_high": 0.35}
+        return {"name": name, "baseline": "abcdef0123", "params": p,
+                "metrics": {"results/learn/metrics/grpo.json": {"learn@grpo": metrics}}}
+
+    exps = [point("learn-grpo-steps24-eval_every6-eval_samples16", 24, eval_samples=16, eval_every=6),
+            point("learn-grpo-steps24", 24),  # measured as the workspace's race: another sweep
+            point("learn-grpo-steps12-eval_every6-eval_samples16", 12, eval_samples=8, eval_every=6)]  # params differ
+    committed = {"lr": 3e-6, "rollouts": 48, "start": 0.5, "end": 0.5, "change": 0.0, "change_low": -0.2,
+                 "change_high": 0.2}
+    rows = sweep.sweep_rows("grpo", "steps", exps, params, committed, measure)
+    assert [(r["point"], r["rollouts"], r["call"]) for r in rows] == [("GRPO · steps 24", 192, "up")]
+    assert [r["point"] for r in sweep.sweep_rows("grpo", "steps", exps, params, committed)] == [
+        "GRPO · steps null (its own)", "GRPO · steps 24"]
