@@ -20,6 +20,15 @@ def _isolated_mlflow(tmp_path_factory):
     os.environ["LOPD_MLFLOW_URI"] = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _fork_server():
+    """tests/pyfork.py's server, ended with the session."""
+    import pyfork
+
+    yield
+    pyfork.stop()
+
+
 @pytest.fixture(autouse=True)
 def _fresh_accelerator_state():
     """accelerate keeps one process-wide state whose mixed precision cannot change once set; a stage is a process of

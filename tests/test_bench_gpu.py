@@ -2,19 +2,18 @@
 
 import importlib.util
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from pyfork import python
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_bench_gpu_runs_every_part_at_tiny_size(tmp_path):
     out = tmp_path / "gpu.json"
-    proc = subprocess.run([sys.executable, "scripts/bench_gpu.py", "--size", "tiny", "--out", str(out)], cwd=REPO,
-                          capture_output=True, text=True)
+    proc = python(["scripts/bench_gpu.py", "--size", "tiny", "--out", out], cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())
     assert [r["architecture"] for r in result["rollout"]] == ["qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b", "qwen3-4b"]

@@ -2,12 +2,11 @@
 stages do when an input is missing, and their arithmetic is checked by hand or against a brute-force count."""
 
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from pyfork import python
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -16,8 +15,7 @@ def test_a_benchmark_without_its_model_is_a_one_line_error(tmp_path):
     """The perf scripts stop as the stages do: one line naming the missing folder and the stage that builds it."""
     missing = tmp_path / "no-model"
     for script in ("bench_rollout.py", "tool_call_rate.py"):
-        done = subprocess.run([sys.executable, str(REPO / "scripts" / script), "--model-dir", str(missing)],
-                              capture_output=True, text=True, timeout=300, cwd=REPO)
+        done = python([REPO / "scripts" / script, "--model-dir", missing], cwd=REPO)
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
         assert done.stderr.strip().splitlines()[-1] == (
             f"error: {missing}: model not found (for the base model run: dvc repro prepare_model)")

@@ -6,11 +6,10 @@ deps per member, so a code dep of `train@<name>` may be one that another member 
 """
 
 import json
-import subprocess
-import sys
 from collections import defaultdict
 
 import pytest
+from pyfork import python
 
 from lopd.core.config import REPO_ROOT
 from pipelines.dag import files_under, is_code, stage_code
@@ -85,8 +84,7 @@ def test_the_static_scan_finds_everything_a_stage_imports(stage: str):
             "print(json.dumps(sorted({m.__file__[len(root) + 1:] for m in list(sys.modules.values())\n"
             "                        if getattr(m, '__file__', None) and m.__file__.startswith(root + '/')\n"
             "                        and '/.venv/' not in m.__file__})))\n")
-    proc = subprocess.run([sys.executable, "-c", code, cmd, str(REPO_ROOT)], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=300)
+    proc = python(["-c", code, cmd, str(REPO_ROOT)], cwd=REPO_ROOT)  # a fresh process: only what the stage loads
     assert proc.returncode == 0, proc.stderr[-2000:]
     loaded = set(json.loads(proc.stdout.splitlines()[-1]))
     assert loaded and loaded <= stage_code(cmd), sorted(loaded - stage_code(cmd))

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pyfork
 import pytest
 import yaml
 
@@ -97,8 +98,8 @@ def test_a_one_process_stage_says_so(tmp_path):
 
 def test_a_stage_that_cannot_split_its_work_refuses_to_run_under_torchrun(tmp_path):
     """Started by hand under torchrun, every process of a one-process stage would redo its work: it stops."""
-    proc = subprocess.run([sys.executable, "-m", "pipelines.build_pool"], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "WORLD_SIZE": "2", "RANK": "0"})
+    proc = pyfork.python(["-m", "pipelines.build_pool"], cwd=REPO_ROOT,
+                         env={**os.environ, "WORLD_SIZE": "2", "RANK": "0"})
     assert proc.returncode != 0
     assert proc.stderr.strip() == ("error: pipelines.build_pool runs on one process (every process would redo its "
                                    "work): start it with `python -m pipelines.build_pool`, not under torchrun")

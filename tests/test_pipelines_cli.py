@@ -1,11 +1,11 @@
-"""Stage CLIs turn bad input into a one-line error instead of a traceback."""
+"""Stage CLIs turn bad input into a one-line error instead of a traceback (each a process of its own, forked from one
+that imported torch and transformers once: tests/pyfork.py; the smoke DAG runs every stage as DVC does)."""
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from pyfork import python
 
 from lopd.core.config import REPO_ROOT
 
@@ -15,8 +15,7 @@ NO_MLFLOW = {**os.environ, "LOPD_MLFLOW_URI": "off"}
 
 
 def _run_stage(module, *args, env=NO_MLFLOW):
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=300, env=env)
+    return python(["-m", module, *args], cwd=REPO_ROOT, env=env)
 
 
 def test_unknown_param_is_a_one_line_error(tmp_path):
@@ -49,8 +48,7 @@ def _run_isolated(module, root, *args):
             "    c.DOMAINS['code'].checkpoints, c.DOMAINS['code'].metrics, c.DOMAINS['code'].results,\n"
             "    c.DOMAINS['code'].plots)\n"
             f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n")
-    return subprocess.run([sys.executable, "-c", code, str(root), *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=300, env=NO_MLFLOW)
+    return python(["-c", code, str(root), *args], cwd=REPO_ROOT, env=NO_MLFLOW)
 
 
 def _params(tmp_path, *overrides):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import mlflow
 import pytest
+from pyfork import python
 
 from lopd.core.config import REPO_ROOT
 
@@ -44,8 +45,12 @@ from DVC's own view of both dvc.yaml files: tests/test_dag.py)."""
 
 
 def _run(cmd, cwd, env):
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    """`cmd`'s stdout; a script of the copy's (`[sys.executable, "scripts/..."]`) runs as tests/pyfork.py runs it."""
+    if cmd[0] == sys.executable:
+        proc = python(cmd[1:], cwd=cwd, env=env, timeout=1500)
+    else:
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout
 
 

@@ -1,0 +1,116 @@
+"""`python(argv)`: `subprocess.run([sys.executable, *argv])` for the suite's CLI tests, without the ~4 s each such
+process spends importing torch, transformers and accelerate. One server per test process imports those once and
+forks a child per call; the child is the new process: it sets the call's cwd, environment and argv, imports the
+repository's modules afresh (the server never imports them), runs `-m module`, `-c code` or a script as the
+interpreter would, and exits with the interpreter's status (a string `sys.exit` printed to stderr and 1; an uncaught
+exception's traceback and 1). What a real process does differently is only that these modules were loaded before its
+environment was set; a test that needs the interpreter itself (signals, launchers, import-time settings) uses
+subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+_SERVER = r"""
+import atexit, io, json, os, runpy, sys, traceback
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # as importing lopd sets it, before transformers reads it
+# what the stages import from outside the repository (measured: 0.4 s of a stage's import is left, its own modules)
+import accelerate.accelerator, matplotlib, omegaconf, psutil, scipy.optimize, scipy.stats, torch, transformers
+import transformers.cache_utils, transformers.integrations.hub_kernels, transformers.masking_utils
+from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+matplotlib.use("Agg")  # as evaluation.figures selects it
+import matplotlib.pyplot
+
+def run(request):
+    argv = request["argv"]
+    if argv[0] == "-m":
+        sys.argv = [argv[1], *argv[2:]]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    elif argv[0] == "-c":
+        sys.argv = ["-c", *argv[2:]]
+        exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__"})
+    else:
+        sys.argv = list(argv)
+        sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+        runpy.run_path(argv[0], run_name="__main__")
+
+for line in sys.stdin:
+    request = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+            for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+                os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+            sys.stdin = open(0)
+            sys.stdout, sys.stderr = (io.TextIOWrapper(open(fd, "wb", buffering=0, closefd=False), line_buffering=True,
+                                                       write_through=True) for fd in (1, 2))
+            os.chdir(request["cwd"])
+            os.environ.clear()
+            os.environ.update(request["env"])
+            try:
+                run(request)
+                code = 0
+            except SystemExit as stop:  # as the interpreter ends a process on it
+                code = 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 1
+                if stop.code is not None and not isinstance(stop.code, int):
+                    print(stop.code, file=sys.stderr)
+            except BaseException as err:  # its traceback from the code run on, as the interpreter prints it
+                frames = err.__traceback__.tb_next
+                traceback.print_exception(type(err), err, frames.tb_next or frames)
+            atexit._run_exitfuncs()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    print(json.dumps(os.waitstatus_to_exitcode(status)), flush=True)
+"""
+
+_server: subprocess.Popen | None = None
+
+
+def _started() -> subprocess.Popen:
+    global _server
+    if _server is None or _server.poll() is not None:
+        _server = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   text=True, start_new_session=True)
+    return _server
+
+
+def python(argv: list[str], *, cwd: str | Path, env: dict[str, str] | None = None,
+           timeout: float = 300) -> subprocess.CompletedProcess:
+    """What `subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True,
+    timeout=timeout)` returns, from a forked child of the server (see the module's docstring)."""
+    server = _started()
+    with tempfile.TemporaryDirectory() as tmp:
+        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        request = {"argv": [str(a) for a in argv], "cwd": str(cwd), "env": dict(os.environ if env is None else env),
+                   "stdout": str(out), "stderr": str(err)}
+        server.stdin.write(json.dumps(request) + "\n")
+        server.stdin.flush()
+        if not select.select([server.stdout], [], [], timeout)[0]:
+            os.killpg(server.pid, signal.SIGKILL)  # the server and its child: the next call starts a fresh one
+            server.wait()
+            raise subprocess.TimeoutExpired([sys.executable, *argv], timeout)
+        line = server.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the fork server died (status {server.wait()})")
+        return subprocess.CompletedProcess([sys.executable, *argv], json.loads(line), out.read_text(),
+                                           err.read_text())
+
+
+def stop() -> None:
+    """End the server (the session's end; it also ends when this process does, its stdin closed)."""
+    global _server
+    if _server is not None and _server.poll() is None:
+        _server.stdin.close()
+        _server.wait(timeout=60)
+    _server = None
