@@ -37,6 +37,19 @@ def pass_rates(task_ids: Sequence[str], rewards: Sequence[float]) -> dict[str, f
     return {task: sum(values) / len(values) for task, values in totals.items()}
 
 
+def step0_measurement(learn) -> dict[str, int]:
+    """How a held-in measurement samples besides the weights (`learn`: the LearnConfig): learn_select records it with
+    its step-0 point."""
+    return {"eval_samples": learn.eval_samples, "eval_seed": learn.eval_seed, "max_new_tokens": learn.max_new_tokens}
+
+
+def reusable_step0(selection: dict, learn) -> dict | None:
+    """learn_select's step-0 point where it was measured as a run with `learn` measures, else None (the run measures
+    its own): a sweep that changes the measurement reruns only its run's stage (`dvc exp run -s`), and a selection
+    written before the measurement was recorded says nothing of it."""
+    return selection["step0"] if selection.get("step0_measurement") == step0_measurement(learn) else None
+
+
 def verdict(low: float, high: float) -> str:
     """A change's call from its 95% CI: up or down only where the CI excludes 0."""
     return "up" if low > 0 else "down" if high < 0 else "no change"

@@ -1,8 +1,9 @@
 """Stage `learn@<run>` (the learning race, pipelines/learn/dvc.yaml): one run of `learn.runs` trains its method with
 the shared loop on the held-in tasks (stage learn_select) and measures it on those same tasks before the first step,
 every `learn.eval_every` steps and after the last: the mean reward of `learn.eval_samples` samples per task at the
-training temperature, drawn from `learn.eval_seed` (the same draws in every run; step 0 is learn_select's). The run's
-config is the pipeline's with the race's budgets and the run's seed, learning rate and step count (`race_config`).
+training temperature, drawn from `learn.eval_seed` (the same draws in every run; step 0 is learn_select's where that
+was measured as the run measures: `reusable_step0`). The run's config is the pipeline's with the race's budgets and
+the run's seed, learning rate and step count (`race_config`).
 Writes the measurement points (plots/learn/<run>.json), the per-step history with the method's own objective
 (plots/learn/<run>_steps.json) and the run's summary (results/learn/metrics/<run>.json); the checkpoint
 (checkpoints/learn/<run>; a killed run resumes from checkpoints/learn/.resume/) is removed once they are written."""
@@ -15,7 +16,7 @@ import time
 
 from accelerate import PartialState
 
-from evaluation.learning_race import race_row
+from evaluation.learning_race import race_row, reusable_step0
 from lopd.core.config import Config, ConfigError, build_config
 from lopd.core.distributed import ProcessSplitError
 from lopd.core.jsonl import read_json
@@ -109,7 +110,8 @@ def main() -> None:
         try:
             result = train(run_cfg, method, held_in, collect, BASE_MODEL_DIR, checkpoint, tracker,
                            stage_modules("pipelines.learn_race", domain="code"), held_in,
-                           SampledValidation(cfg.learn.eval_samples, cfg.learn.eval_seed, selection["step0"]))
+                           SampledValidation(cfg.learn.eval_samples, cfg.learn.eval_seed,
+                                             reusable_step0(selection, cfg.learn)))
         except (FileNotFoundError, MethodInputError, ProcessSplitError) as err:  # e.g. a missing upstream output
             sys.exit(f"error: {err}")
         if not PartialState().is_main_process:  # one process writes the run's outputs

@@ -13,7 +13,7 @@ import time
 
 from accelerate import Accelerator
 
-from evaluation.learning_race import pass_rates, select_tasks
+from evaluation.learning_race import pass_rates, select_tasks, step0_measurement
 from lopd.core.device import device
 from lopd.core.loop import SampledValidation, validate
 from lopd.core.models import load_tokenizer
@@ -54,7 +54,8 @@ def main() -> None:
                          SampledValidation(learn.eval_samples, learn.eval_seed).point_seed(0),
                          Accelerator(cpu=device().type == "cpu"))
         write_json(LEARN_SELECTION, {"data": source, "model": cfg.model.name, "samples": learn.selection_samples,
-                                     "pass_rates": rates, "held_in": held_in, "step0": step0})
+                                     "pass_rates": rates, "held_in": held_in, "step0": step0,
+                                     "step0_measurement": step0_measurement(learn)})
         qualifying = sum(0 < r < 1 for r in rates.values())
         summary = {"candidates": len(candidates), "qualifying": qualifying, "held_in": len(held_in),
                    "candidate_pass_rate": sum(rates.values()) / len(rates),

@@ -2,6 +2,7 @@
 shared loop (step 0 shared, the same draws in every run), a run's config and controls, and the verdicts, figure and
 table, each against a brute-force reference or on the tiny model."""
 
+import dataclasses
 import hashlib
 import importlib.util
 import random
@@ -13,7 +14,7 @@ from safetensors.torch import load_file
 
 from baselines.grpo import GRPO
 from baselines.opsd import OPSD
-from evaluation.learning_race import pass_rates, race_row, select_tasks, verdict
+from evaluation.learning_race import pass_rates, race_row, reusable_step0, select_tasks, step0_measurement, verdict
 from lopd.core.checkpoint import policy_dir
 from lopd.core.config import REPO_ROOT, ConfigError, resolve
 from lopd.core.domain import Domain
@@ -245,3 +246,14 @@ def test_a_sweep_measured_otherwise_names_its_points_so_and_takes_only_them():
     assert [(r["point"], r["rollouts"], r["call"]) for r in rows] == [("GRPO · steps 24", 192, "up")]
     assert [r["point"] for r in sweep.sweep_rows("grpo", "steps", exps, params, committed)] == [
         "GRPO · steps null (its own)", "GRPO · steps 24"]
+
+
+def test_a_run_takes_the_selections_step_0_only_where_it_was_measured_as_the_run_measures():
+    learn = resolve({"profile": "cpu"}).learn
+    point = {"step": 0, "val_reward": 0.5}
+    selection = {"step0": point, "step0_measurement": step0_measurement(learn)}
+    assert reusable_step0(selection, learn) is point
+    finer = dataclasses.replace(learn, eval_samples=4 * learn.eval_samples)  # a sweep's `-S learn.eval_samples`, `-s`
+    assert reusable_step0(selection, finer) is None
+    assert reusable_step0(selection, dataclasses.replace(learn, eval_seed=learn.eval_seed + 1)) is None
+    assert reusable_step0({"step0": point}, learn) is None  # a selection that does not say how it measured
