@@ -144,8 +144,9 @@ def main() -> None:
             sys.exit("error: queue: give the setting's values, e.g. `queue grpo lr 1e-5 3e-5`")
         for value in values:
             dvc("exp", "run", "--queue", *point_args(args.run, args.setting, value, measure))
+        again = "".join(f" --measure {item}" for item in args.measure)
         print(f"queued {len(values)} point(s) of learn@{args.run}; run them with `dvc queue start` (one worker), "
-              f"then `python scripts/learn_sweep.py table {args.run} {args.setting}`")
+              f"then `python scripts/learn_sweep.py table {args.run} {args.setting}{again}`")
         return
     refs = subprocess.run(["git", "for-each-ref", "--format=%(refname)", "refs/exps/"], cwd=REPO, capture_output=True,
                           text=True, check=True).stdout.split()
