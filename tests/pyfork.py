@@ -29,8 +29,13 @@ from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer
 matplotlib.use("Agg")  # as evaluation.figures selects it
 import matplotlib.pyplot
 
+SERVER_PATH = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+
 def run(request):
     argv = request["argv"]
+    # the call's PYTHONPATH, where the interpreter puts it: after the script's folder (or the cwd), before the rest
+    sys.path[1:] = [os.path.abspath(p) for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p] + [
+        p for p in sys.path[1:] if p not in SERVER_PATH]
     if argv[0] == "-m":
         sys.argv = [argv[1], *argv[2:]]
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)

@@ -28,6 +28,9 @@ def test_the_repositorys_modules_are_imported_afresh_in_each_call(tmp_path):
     code = "import sys; print(sorted(m for m in sys.modules if m.split('.')[0] in ('lopd', 'pipelines')))"
     assert python(["-c", code], cwd=tmp_path).stdout.strip() == "[]"
     script = tmp_path / "script.py"
-    script.write_text("import sys, pipelines.common; print(sys.argv[1:], sys.path[0])\n")
-    done = python([script, "--flag"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": os.getcwd()})
-    assert done.stdout.strip() == f"['--flag'] {tmp_path}", done.stderr
+    script.write_text("import sys, pipelines.common; print(sys.argv[1:], sys.path[:2])\n")
+    (tmp_path / "lib").mkdir()
+    env = {**os.environ, "PYTHONPATH": "lib"}
+    done = python([script, "--flag"], cwd=tmp_path, env=env)
+    real = subprocess.run([sys.executable, script, "--flag"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.stdout == real.stdout == f"['--flag'] {[str(tmp_path), str(tmp_path / 'lib')]}\n", done.stderr
