@@ -54,6 +54,43 @@ def _run(cmd, cwd, env):
     return proc.stdout
 
 
+def _smoke_overrides(repo: Path) -> list[str]:
+    """The `-S` overrides of the DAG test's `dvc exp run` in the copy `repo`."""
+    # a relative data path, as in conf/: it must resolve against the repository, also in a queued run's temp copy;
+    # float32 rollouts and training: a CPU without bf16 units emulates bf16 matmuls, which doubled the rollout time
+    # of the stages here (the unit tests run the smoke profile's bf16 paths)
+    return ["profile=smoke", f"data.shared_dir={os.path.relpath(SHARED, repo)}", f"baseline_methods={BASELINES}",
+            f"methods={[*BASELINES, 'lopd']}", "benchmarks=[humaneval_plus]", "sampling.dtype=float32",
+            "train.mixed_precision=no"]
+
+
+# This file's two quick tests run after the DAG test (the slow one goes first): under `make test`, xdist hands a worker
+# another file once at most two of its tests are pending, so with three here the next file waits for the DAG test's
+# end instead of queueing behind it while the other worker runs out of work (measured: 595 s against ~560 s).
+
+
+def test_the_queued_ablation_is_the_point_fig3_collects():
+    """The DAG test queues Fig. 3's m = 0.02 point under the name `scripts/sweep.py` gives it, with its override."""
+    from evaluation import sweeps
+
+    points = {sweeps.experiment_name("fig3", label): point for label, point in sweeps.SWEEPS["fig3"].points.items()}
+    (overrides, _), = SWEEP.values()
+    assert [f"-S margin={points[MARGIN_EXP]['margin']}"] == [" ".join(overrides)]
+
+
+def test_the_smoke_overrides_compose_into_the_config_the_dag_test_expects(tmp_path):
+    """The DAG test's overrides make the config its assertions assume (checked here in a second, not after minutes)."""
+    from dvc.utils.hydra import compose_and_dump
+
+    from lopd.core.config import CONF_DIR, load_config
+
+    path = tmp_path / "params.yaml"
+    compose_and_dump(path, str(CONF_DIR), None, "config", str(tmp_path), _smoke_overrides(REPO_ROOT))
+    cfg = load_config(path)
+    assert (cfg.profile, cfg.methods, cfg.benchmarks) == ("smoke", [*BASELINES, "lopd"], ["humaneval_plus"])
+    assert cfg.data.shared_dir == os.path.relpath(SHARED, REPO_ROOT) and cfg.train.mixed_precision == "no"
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not (SHARED / "evalplus").is_dir(), reason=f"EvalPlus data not found at {SHARED}/evalplus")
 def test_smoke_profile_runs_the_whole_dag(tmp_path):
@@ -63,13 +100,7 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     # MLflow off (~3 s per stage) except for the queued sweep, which checks the run hierarchy on a real store
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "LOPD_MLFLOW_URI": "off",
            "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-    # a relative data path, as in conf/: it must resolve against the repository, also in a queued run's temp copy;
-    # float32 rollouts and training: a CPU without bf16 units emulates bf16 matmuls, which doubled the rollout time
-    # of the stages here (the unit tests run the smoke profile's bf16 paths)
-    smoke = ["-S", "profile=smoke", "-S", f"data.shared_dir={os.path.relpath(SHARED, repo)}",
-             "-S", f"baseline_methods={BASELINES}", "-S", f"methods={[*BASELINES, 'lopd']}",
-             "-S", "benchmarks=[humaneval_plus]",
-             "-S", "sampling.dtype=float32", "-S", "train.mixed_precision=no"]
+    smoke = [arg for override in _smoke_overrides(repo) for arg in ("-S", override)]
     _run(["git", "init", "-q"], repo, env)
     _run(["git", "add", "-A"], repo, env)
     _run(["git", "commit", "-qm", "copy"], repo, env)
