@@ -65,8 +65,8 @@ def _smoke_overrides(repo: Path) -> list[str]:
 
 
 # This file's two quick tests run after the DAG test (the slow one goes first): under `make test`, xdist hands a worker
-# another file once at most two of its tests are pending, so with three here the next file waits for the DAG test's
-# end instead of queueing behind it while the other worker runs out of work (measured: 595 s against ~560 s).
+# another file once at most two of its tests are pending, so with three here the next file is handed out when the DAG
+# test ends instead of queueing behind it from the start (it was test_vllm_multiprocess's 53 s).
 
 
 def test_the_queued_ablation_is_the_point_fig3_collects():
