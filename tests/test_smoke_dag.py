@@ -75,7 +75,7 @@ def test_the_queued_ablation_is_the_point_fig3_collects():
 
     points = {sweeps.experiment_name("fig3", label): point for label, point in sweeps.SWEEPS["fig3"].points.items()}
     (overrides, _), = SWEEP.values()
-    assert [f"-S margin={points[MARGIN_EXP]['margin']}"] == [" ".join(overrides)]
+    assert overrides == ["-S", f"margin={points[MARGIN_EXP]['margin']}"]
 
 
 def test_the_smoke_overrides_compose_into_the_config_the_dag_test_expects(tmp_path):
