@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: setup reproduce test smoke learn bench bench-gpu estimate exps compare gpu-check fig3 fig4 fig5
+.PHONY: setup reproduce test smoke learn bench bench-rollout bench-gpu estimate exps compare gpu-check fig3 fig4 fig5
 
 setup:
 	bash scripts/setup.sh
@@ -23,7 +23,12 @@ smoke: setup
 learn: setup
 	dvc repro pipelines/learn/dvc.yaml
 
+# The CPU's fast paths side by side (scripts/bench_cpu.py: GEMM paths, the update on each, AdamW, sampling batches;
+# reports/perf/cpu.json); the rollout engines against each other (scripts/bench_rollout.py; reports/perf/rollout.json).
 bench: setup
+	python scripts/bench_cpu.py
+
+bench-rollout: setup
 	python scripts/bench_rollout.py
 
 # The predicted wall time of every stage of `dvc repro` from the benchmarks in reports/perf/ (scripts/estimate.py),

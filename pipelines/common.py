@@ -22,6 +22,7 @@ from evaluation.coding.code_blocks import extract_code
 from lopd.core import registry
 from lopd.core.checkpoint import MANIFEST, UnwritableOutput, policy_dir
 from lopd.core.config import REPO_ROOT, Config, ConfigError, build_config, load_config
+from lopd.core.device import use_cpu_matmul
 from lopd.core.domain import Domain
 from lopd.core.experiments import flatten
 from lopd.core.jsonl import UnreadableFile, read_json
@@ -69,6 +70,7 @@ def parse_args(description: str, **arguments: dict[str, Any]) -> tuple[argparse.
         cfg = load_config(args.params)
     except ConfigError as err:
         sys.exit(f"error: {err}")
+    use_cpu_matmul(cfg.model.cpu_matmul)
     return args, cfg
 
 

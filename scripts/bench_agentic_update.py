@@ -69,6 +69,7 @@ def run_variant(method_name: str, checkpointing: bool) -> dict:
     from accelerate import Accelerator
 
     from lopd.core.config import build_config, load_config
+    from lopd.core.device import mixed_precision
     from lopd.core.loop import policy_optimizer, update
     from lopd.core.methods import MethodContext
     from lopd.core.models import load_model, load_tokenizer
@@ -85,7 +86,7 @@ def run_variant(method_name: str, checkpointing: bool) -> dict:
         trajectories = episodes(tokenizer, tasks)
         method = (LOPD(cfg, replace(domain, bank=lopd_bank(domain.bank, Path(work), tokenizer)))
                   if method_name == "lopd" else build_method(method_name, cfg, "agentic"))
-        accelerator = Accelerator(cpu=True, mixed_precision=cfg.train.mixed_precision)
+        accelerator = Accelerator(cpu=True, mixed_precision=mixed_precision(cfg.train.mixed_precision))
         model = load_model(BASE_MODEL_DIR)
         if checkpointing:
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})

@@ -52,7 +52,7 @@ sys.path.insert(0, str(REPO))
 
 from baselines.grpo import GRPO  # noqa: E402
 from lopd.core.config import resolve  # noqa: E402
-from lopd.core.device import device  # noqa: E402
+from lopd.core.device import device, mixed_precision  # noqa: E402
 from lopd.core.domain import Domain  # noqa: E402
 from lopd.core.loop import micro_batches, policy_optimizer, policy_outputs, update  # noqa: E402
 from lopd.core.losses import TopkTailReverseKL, chunked_distillation  # noqa: E402
@@ -293,7 +293,7 @@ def update_rates(profile: str, name: str, prompt_len: int, response_len: int, ti
     rows = trajectories(config, max(2, micro), prompt_len, response_len)  # a GRPO group of 2 with rewards 0 and 1
     tokens = len(rows) * (prompt_len + response_len)
     AcceleratorState._reset_state()  # the profiles differ in mixed precision, which accelerate fixes per process
-    accelerator = Accelerator(cpu=device().type == "cpu", mixed_precision=cfg.train.mixed_precision)
+    accelerator = Accelerator(cpu=device().type == "cpu", mixed_precision=mixed_precision(cfg.train.mixed_precision))
     n_params = parameter_count(config)
     out = {"profile": profile, "architecture": name, "sequences": len(rows), "micro_batch": micro,
            "sequence_tokens": prompt_len + response_len,

@@ -39,7 +39,7 @@ from transformers import AutoConfig
 from baselines.config import GRPOConfig
 from baselines.grpo import GRPO
 from lopd.core.config import REPO_ROOT, load_config
-from lopd.core.device import device
+from lopd.core.device import device, mixed_precision
 from lopd.core.domain import Domain
 from lopd.core.loop import micro_batches, policy_optimizer, policy_outputs, update
 from lopd.core.losses import TopkTailReverseKL, chunked_distillation, token_logprobs, topk_tail_reverse_kl
@@ -179,7 +179,7 @@ def seeded_composer_dir(cfg, model_dir: Path, tasks, out: Path) -> Path:
     composer, _ = build_composer(cfg, model_dir)
     bank, retriever = load_bank(BANK_DIR, cfg.bank.self_retrieval)
     composer.save(out / COMPOSER_FILE)
-    accelerator = Accelerator(cpu=device().type == "cpu", mixed_precision=cfg.train.mixed_precision)
+    accelerator = Accelerator(cpu=device().type == "cpu", mixed_precision=mixed_precision(cfg.train.mixed_precision))
     torch.save(anchor_latents(composer, retriever, bank, tasks, cfg.n_ret, accelerator), out / ANCHORS_FILE)
     return out
 
@@ -199,7 +199,8 @@ def step_costs(cfg, model_dir: Path, rollouts: int) -> dict:
         traj.reward, traj.group = float(i % 2), i // cfg.section(GRPOConfig).group_size  # every GRPO group has signal
 
     def one_update(method) -> float:
-        accelerator = Accelerator(cpu=device().type == "cpu", mixed_precision=cfg.train.mixed_precision)
+        accelerator = Accelerator(cpu=device().type == "cpu",
+                                  mixed_precision=mixed_precision(cfg.train.mixed_precision))
         model = load_model(model_dir).to(device())
         if cfg.train.activation_checkpointing:
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})

@@ -5,7 +5,7 @@ Every rate is a benchmark's, from reports/perf/ (never a recorded stage time: th
 - profile_rollouts.json (scripts/bench_profile_rollouts.py): one training step's rollouts, one validation point and
   each code benchmark's first tasks at the profile's own settings on its model and engine, scored: their effective
   tokens/s (long tails included) and mean lengths;
-- rollout.json (`make bench`): the engine's prompt prefill and multi-turn rates (agentic episodes);
+- rollout.json (`make bench-rollout`): the engine's prompt prefill and multi-turn rates (agentic episodes);
 - lopd_step.json: an update's passes per action token (student, LOPD's teacher and composer) and a whole GRPO and LOPD
   update; agentic_update.json: updates on agentic episodes; tool_calls.json: agentic episode lengths and success;
   stage_startup.json: a stage's start-up;

@@ -1,6 +1,7 @@
 """The benchmark and diagnostic scripts (scripts/bench_*.py, tool_call_rate.py, teacher_openings.py): they stop as the
 stages do when an input is missing, and their arithmetic is checked by hand or against a brute-force count."""
 
+import json
 import math
 from pathlib import Path
 
@@ -14,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_a_benchmark_without_its_model_is_a_one_line_error(tmp_path):
     """The perf scripts stop as the stages do: one line naming the missing folder and the stage that builds it."""
     missing = tmp_path / "no-model"
-    for script in ("bench_rollout.py", "tool_call_rate.py"):
+    for script in ("bench_rollout.py", "bench_cpu.py", "tool_call_rate.py"):
         done = python([REPO / "scripts" / script, "--model-dir", missing], cwd=REPO)
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
         assert done.stderr.strip().splitlines()[-1] == (
@@ -47,3 +48,30 @@ def test_teacher_openings_sums_the_first_tokens_that_open_a_code_fence(load_scri
         logits = tiny_model(torch.tensor([prompt])).logits[0, -1].double()
     probs = [math.exp(logits[i].item() - torch.logsumexp(logits, 0).item()) for i in sorted(by_decoding)]
     assert openings.opening_mass(tiny_model, prompt, sorted(by_decoding)) == pytest.approx(sum(probs), rel=1e-5)
+
+
+def test_the_cpu_benchmark_runs_each_path_this_cpu_has_and_compares_them(tiny_model_dir, tmp_path):
+    """scripts/bench_cpu.py on the tiny model: BLAS, oneDNN where this CPU takes it and bf16 where it has bf16
+    units, each against the BLAS path's numbers: oneDNN's float32 gradients agree with BLAS's to float32 rounding,
+    bf16's only to bf16's; the fused AdamW takes the per-tensor loop's steps; the bounds are measured, not given."""
+    out = tmp_path / "cpu.json"
+    done = python([REPO / "scripts" / "bench_cpu.py", "--model-dir", tiny_model_dir, "--batch", "4",
+                   "--prompt-tokens", "8", "--response-tokens", "8", "--no-sampling", "--out", out], cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    update, adamw = result["update"], result["adamw"]
+    paths = update["paths"]
+    expected = ["fp32_blas"] + (["fp32_onednn"] if torch.ops.mkldnn._is_mkldnn_bf16_supported() else [])
+    assert list(paths)[:len(expected)] == expected
+    assert paths["fp32_blas"]["first_grad_difference_vs_fp32_blas"] == 0.0
+    for name, path in paths.items():
+        assert path["update_s"] > 0 and update["gemm_gflops"][name] > 0
+        assert path["fraction_of_gemm_bound"] == pytest.approx(path["gflops"] / update["gemm_gflops"][name], rel=0.02)
+    if "fp32_onednn" in paths:
+        assert 0 < paths["fp32_onednn"]["first_grad_difference_vs_fp32_blas"] < 1e-4
+    if "bf16" in paths:
+        assert paths["bf16"]["first_grad_difference_vs_fp32_blas"] > 1e-3
+    assert update["pays"] == min(paths, key=lambda k: paths[k]["update_s"])
+    assert update["model_flops"] > 6 * 4 * 16 * 1000  # the tiny model has well over 1,000 weights
+    assert adamw["max_weight_difference"] < 1e-6 and adamw["parameters"] > 0
+    assert result["bandwidth_gbs"] > 0 and result["sampling"] == "n/a: skipped (--no-sampling)"

@@ -42,7 +42,8 @@ def test_repo_params_are_the_default_composition():
 
 def test_paper_values_are_the_defaults():
     cfg = Config()
-    assert cfg.to_dict() == {**compose("paper"), "profile": "paper", "model": {"name": "smollm2-135m"},
+    assert cfg.to_dict() == {**compose("paper"), "profile": "paper",
+                             "model": {"name": "smollm2-135m", "cpu_matmul": "auto"},
                              "bank": {**compose("paper")["bank"], "embedder": "all-minilm-l6-v2"},
                              "launch": {**compose("paper")["launch"], "processes": 1}}  # paper: every GPU
     assert compose("paper")["launch"]["processes"] == "auto"

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from lopd.core.device import _glibc, device, release_freed_memory
+from lopd.core import device as device_module
+from lopd.core.config import ConfigError, resolve
+from lopd.core.device import _glibc, cpu_matmul, device, mixed_precision, release_freed_memory, use_cpu_matmul
 
 ROOT = Path(__file__).parents[1]
 TRAINING_CODE = ["lopd", "baselines", "pipelines"]
@@ -103,3 +105,60 @@ def test_deterministic_kernels_on_a_gpu_only_within_and_strict(monkeypatch):
         assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
     finally:
         torch.use_deterministic_algorithms(*before[:1], warn_only=before[1])
+
+
+def test_auto_matmul_takes_onednn_only_where_it_computes_in_float32(monkeypatch):
+    """On this CPU `auto` sends float32 products to oneDNN (its float32 result, bit for bit, accurate to float32
+    against float64) where the CPU has bf16 units, else leaves BLAS; where the probe finds rounding it keeps BLAS."""
+    a_M_K, b_N_K = torch.randn(96, 384), torch.randn(200, 384)
+    exact = a_M_K.double() @ b_N_K.double().T
+    try:
+        path = use_cpu_matmul("auto")
+        assert path == cpu_matmul()
+        if torch.ops.mkldnn._is_mkldnn_bf16_supported():
+            assert path == "onednn" and torch.backends.mkldnn.matmul.fp32_precision == "bf16"
+            assert torch.equal(a_M_K @ b_N_K.T, torch.ops.mkldnn._linear_pointwise(a_M_K, b_N_K, None, "none", [], ""))
+        else:
+            assert path == "blas"
+        assert ((a_M_K @ b_N_K.T).double() - exact).abs().max() < 1e-5 * exact.abs().max()
+        monkeypatch.setattr(device_module, "_float32_accurate", lambda: False)
+        assert use_cpu_matmul("auto") == "blas" == cpu_matmul()
+        assert torch.backends.mkldnn.matmul.fp32_precision == "none"
+        monkeypatch.undo()
+        use_cpu_matmul("auto")
+        assert use_cpu_matmul("blas") == "blas" and torch.backends.mkldnn.matmul.fp32_precision == "none"
+        with pytest.raises(ValueError, match="model.cpu_matmul: 'mkl'"):
+            use_cpu_matmul("mkl")
+    finally:
+        use_cpu_matmul("blas")
+
+
+def test_the_probe_tells_float32_from_bf16_rounding():
+    """The probe's bound separates the two: float32 products pass it, bf16-rounded inputs fail it."""
+    try:
+        torch.backends.mkldnn.matmul.fp32_precision = "none"
+        assert device_module._float32_accurate()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert not device_module._float32_accurate()
+    finally:
+        torch.backends.mkldnn.matmul.fp32_precision = "none"
+
+
+def test_mixed_precision_auto_is_bf16_only_where_the_device_computes_it_natively(monkeypatch):
+    """`train.mixed_precision`: bf16 and no pass as set; auto is bf16 on a CPU with bf16 units (AVX512-BF16 or
+    AMX) and on a GPU that supports it, else no; the config refuses anything else, naming the key."""
+    assert mixed_precision("no") == "no" and mixed_precision("bf16") == "bf16"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for units in (True, False):
+        monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: units)
+        assert mixed_precision("auto") == ("bf16" if units else "no")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for supported in (True, False):
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: supported)
+        assert mixed_precision("auto") == ("bf16" if supported else "no")
+    monkeypatch.undo()
+    assert resolve({"profile": "smoke", "train": {"mixed_precision": "auto"}}).train.mixed_precision == "auto"
+    with pytest.raises(ConfigError, match="train.mixed_precision: 'fp16' is not bf16, no or auto"):
+        resolve({"profile": "smoke", "train": {"mixed_precision": "fp16"}})
+    with pytest.raises(ConfigError, match="model.cpu_matmul: 'mkl' is not auto or blas"):
+        resolve({"profile": "smoke", "model": {"cpu_matmul": "mkl"}})

@@ -52,8 +52,26 @@ def _engine(model_dir, tokenizer, dtype: str) -> VLLMBackend:
 
 
 @pytest.fixture(scope="module")
-def engine(model_dir, tokenizer):
-    return _engine(model_dir, tokenizer, "float32")
+def started(model_dir, tokenizer):
+    """The float32 engine, started while the float32 matmuls take oneDNN (as `use_cpu_matmul("auto")` leaves a
+    process here), and the matmul precision the process has after its start."""
+    torch.backends.mkldnn.matmul.fp32_precision = "bf16"
+    try:
+        backend = _engine(model_dir, tokenizer, "float32")
+        return backend, torch.backends.mkldnn.matmul.fp32_precision
+    finally:
+        torch.backends.mkldnn.matmul.fp32_precision = "none"
+
+
+@pytest.fixture(scope="module")
+def engine(started):
+    return started[0]
+
+
+def test_engine_start_keeps_the_processes_matmul_path(started):
+    """vLLM's worker sets torch's float32 matmul precision to `highest` (BLAS) as it starts; the trainer in the same
+    process keeps the path it chose."""
+    assert started[1] == "bf16"
 
 
 @pytest.fixture(scope="module")

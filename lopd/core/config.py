@@ -88,9 +88,14 @@ class ModelConfig:
     directory. Training always keeps float32 master weights (and fp32 AdamW state and EMA teachers): at lr 1e-5 most
     bf16 weight updates round away. Compute runs in `train.mixed_precision`; only the rollout engine's copy is in
     `sampling.dtype`."""
+    cpu_matmul: str = "auto"
+    """How float32 matrix products run on a CPU (training, teachers, the hf backend): auto (through oneDNN where it
+    computes them in float32, as on CPUs with bf16 units but no AMX, where torch's BLAS can be far slower; the same
+    results to float32 rounding; lopd/core/device.py) | blas (torch's default)."""
 
     def __post_init__(self) -> None:
         require(bool(self.name), "model.name: must not be empty")
+        require(self.cpu_matmul in ("auto", "blas"), f"model.cpu_matmul: {self.cpu_matmul!r} is not auto or blas")
 
 
 @dataclass
@@ -153,8 +158,9 @@ class TrainConfig:
     grad_clip: float = 1.0
     """Global gradient-norm clip."""
     mixed_precision: str = "bf16"
-    """Autocast for the trainer's forward/backward (`accelerate` mixed precision): bf16 | no. Weights and
-    AdamW state stay in float32 (master weights); the vocabulary projection of the loss runs in float32."""
+    """Autocast for the trainer's forward/backward (`accelerate` mixed precision): bf16 | no | auto (bf16 where the
+    device computes bf16 natively: a GPU, a CPU with bf16 units; else no). Weights and AdamW state stay in float32
+    (master weights); the vocabulary projection of the loss runs in float32."""
     micro_batch_size: int = 1
     """Trajectories per forward/backward pass; gradients accumulate to one optimizer step. The paper's 16k-token
     rollouts of a 4B model take one per pass (docs/scale.md: Memory at paper scale); the cpu and smoke profiles
@@ -195,8 +201,8 @@ class TrainConfig:
         require(self.lr > 0, "train.lr: must be > 0")
         require(self.weight_decay >= 0, "train.weight_decay: must be >= 0")
         require(self.grad_clip > 0, "train.grad_clip: must be > 0")
-        require(self.mixed_precision in ("bf16", "no"),
-                f"train.mixed_precision: {self.mixed_precision!r} is not bf16 or no")
+        require(self.mixed_precision in ("bf16", "no", "auto"),
+                f"train.mixed_precision: {self.mixed_precision!r} is not bf16, no or auto")
         require(self.micro_batch_size >= 1, "train.micro_batch_size: must be >= 1")
         require(self.loss_chunk_size >= 1, "train.loss_chunk_size: must be >= 1")
         require(self.save_every >= 1, "train.save_every: must be >= 1")

@@ -19,6 +19,11 @@ from accelerate import PartialState
 # cuBLAS is deterministic only with a fixed workspace, read when its first handle is made: set before any CUDA work.
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
+CPU_MATMULS = ("auto", "blas")
+"""`model.cpu_matmul`'s values (`use_cpu_matmul`)."""
+_cpu_matmul = "blas"
+"""The float32 matmul path this process took on the CPU (`use_cpu_matmul`): onednn | blas."""
+
 
 def device() -> torch.device:
     """This process's device (the one `Accelerator().device` reports; plain `cpu` for every CPU process, where
@@ -46,6 +51,59 @@ def deterministic_kernels() -> Iterator[None]:
         yield
     finally:
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
+def use_cpu_matmul(mode: str) -> str:
+    """Choose how this process multiplies float32 matrices on the CPU (`model.cpu_matmul`); returns the path taken,
+    onednn or blas (`cpu_matmul`).
+
+    torch sends float32 products to its BLAS (MKL on x86), which on some CPUs runs far below the cores' bound: on AMD
+    cores with AVX-512 MKL takes its AVX2 kernels (2 Zen 5 cores: 217 GFLOP/s against oneDNN's 505; `make bench`).
+    torch sends them to oneDNN instead when `torch.backends.mkldnn.matmul.fp32_precision` is bf16, which allows oneDNN
+    to round the inputs to bf16; on a CPU without AMX it has no kernel that does, and computes in float32 (the same
+    result as its plain float32 product, bit for bit). `auto` takes that path only where a probe product comes out
+    float32-accurate, so a CPU where oneDNN would round (AMX) keeps BLAS; `blas` is torch's default. Off the CPU
+    (CUDA) nothing changes: blas."""
+    global _cpu_matmul
+    if mode not in CPU_MATMULS:
+        raise ValueError(f"model.cpu_matmul: {mode!r} is not one of {', '.join(CPU_MATMULS)}")
+    torch.backends.mkldnn.matmul.fp32_precision = "none"
+    _cpu_matmul = "blas"
+    if (mode == "auto" and not torch.cuda.is_available() and torch.backends.mkldnn.is_available()
+            and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+        torch.backends.mkldnn.matmul.fp32_precision = "bf16"
+        if _float32_accurate():
+            _cpu_matmul = "onednn"
+        else:
+            torch.backends.mkldnn.matmul.fp32_precision = "none"
+    return _cpu_matmul
+
+
+def mixed_precision(setting: str) -> str:
+    """`train.mixed_precision` on this machine, as accelerate takes it: bf16 and no as set; auto is bf16 where the
+    device computes bf16 natively (a CUDA GPU that supports it; a CPU with bf16 units: AVX512-BF16 or AMX), else no.
+    On a CPU bf16 changes the numbers (inputs rounded to 8 significant bits), so it is never chosen unasked;
+    `make bench` measures whether it pays."""
+    if setting != "auto":
+        return setting
+    if torch.cuda.is_available():
+        return "bf16" if torch.cuda.is_bf16_supported() else "no"
+    return "bf16" if torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported() else "no"
+
+
+def cpu_matmul() -> str:
+    """The float32 matmul path `use_cpu_matmul` took in this process (blas before any call)."""
+    return _cpu_matmul
+
+
+def _float32_accurate() -> bool:
+    """Whether a float32 product now matches float64 to float32's accuracy: relative error under 1e-5, where inputs
+    rounded to bf16 (8 significant bits) give about 1e-3."""
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    a_M_K = torch.randn(64, 512, generator=gen, device="cpu")
+    b_K_N = torch.randn(512, 64, generator=gen, device="cpu")
+    exact = a_M_K.double() @ b_K_N.double()
+    return ((a_M_K @ b_K_N).double() - exact).abs().max().item() < 1e-5 * exact.abs().max().item()
 
 
 @functools.cache

@@ -572,10 +572,13 @@ def _log_batch(client, run_id: str, metrics: dict[str, float]) -> None:
 
 
 def _source_tags(cfg: Config, environ: Mapping[str, str]) -> dict[str, str]:
-    """Tags a stage's run and its parent share: what ran, from which code, in which DVC experiment."""
+    """Tags a stage's run and its parent share: what ran, from which code, in which DVC experiment, and the float32
+    matmul path `model.cpu_matmul` resolved to on this machine."""
+    from lopd.core.device import cpu_matmul  # a stage's process has torch loaded already; the tracker's tools need not
+
     commit = git_commit()
     tags = {"mlflow.source.git.commit": commit, "git.commit": commit, "git.dirty": git_dirty(),
-            "profile": cfg.profile}
+            "profile": cfg.profile, "cpu_matmul": cpu_matmul()}
     if environ.get("DVC_EXP_NAME"):
         tags["dvc.experiment"] = environ["DVC_EXP_NAME"]
     return tags

@@ -142,15 +142,18 @@ class VLLMBackend:
             # Eager: torch.compile's warm-up takes minutes on a small CPU; the KV cache is sized explicitly instead
             # of taking most of the machine's memory.
             kwargs.update(enforce_eager=True, kv_cache_memory_bytes=int(kv_cache_gib * 2**30))
-        # vLLM's CPU worker replaces torch.set_num_threads by a no-op and engine start-up reseeds every global
-        # generator: undo both, the trainer shares this process.
+        # vLLM's CPU worker replaces torch.set_num_threads by a no-op, its worker resets the float32 matmul precision
+        # (`use_cpu_matmul`'s path) and engine start-up reseeds every global generator: undo all three, the trainer
+        # shares this process.
         set_num_threads, threads = torch.set_num_threads, torch.get_num_threads()
+        matmul_precision = torch.backends.mkldnn.matmul.fp32_precision
         try:
             with _seeded(None):
                 self.llm = LLM(**kwargs)
         finally:
             torch.set_num_threads = set_num_threads
             torch.set_num_threads(threads)
+            torch.backends.mkldnn.matmul.fp32_precision = matmul_precision
         self.vocab_size = self.llm.llm_engine.model_config.get_vocab_size()
         self.stats = {"sampling_s": 0.0, "prompt_tokens": 0, "sampled_tokens": 0, "cached_prompt_tokens": 0}
         """Cumulative wall time inside `generate` and token counts; `cached_prompt_tokens` of the prompt tokens were

@@ -32,7 +32,7 @@ from accelerate.utils import gather_object
 
 from lopd.core import provenance
 from lopd.core.config import Config
-from lopd.core.device import deterministic_kernels, device
+from lopd.core.device import deterministic_kernels, device, mixed_precision
 from lopd.core.distributed import process_share
 from lopd.core.losses import sequence_means, token_logprobs
 from lopd.core.models import load_model, load_tokenizer
@@ -86,7 +86,8 @@ def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: S
     if missing:
         raise ValueError(f"bank entries for tasks outside the training split: {missing[:3]}")
     examples = [(e, retriever.retrieve(e.task_id, cfg.n_ret)) for e in bank]
-    accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=cfg.train.mixed_precision)
+    accelerator = Accelerator(cpu=not torch.cuda.is_available(),
+                              mixed_precision=mixed_precision(cfg.train.mixed_precision))
     params = [p for p in composer.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.cold_start.lr)
     size = cfg.cold_start.batch_size

@@ -1,0 +1,250 @@
+"""The CPU's fast paths for updates and sampling, side by side in one run -> reports/perf/cpu.json (`make bench`).
+
+On the machine at hand and the model in --model-dir (models/base: the cpu profile's Qwen2.5-Coder-0.5B):
+- machine: the CPU, the ISA flags that decide the paths (AVX-512, bf16 units, AMX), torch's kernel capability;
+- bounds: float32 GEMM GFLOP/s through torch's BLAS and through oneDNN (`model.cpu_matmul`: lopd/core/device.py), at
+  the shape of the model's MLP over the update's tokens; bf16 GEMM where the CPU has bf16 units; memory bandwidth
+  (a copy of 1 GiB);
+- update: --updates GRPO updates (forward, backward, AdamW) of the model on one fixed batch of --batch sequences, on
+  each path: float32 through BLAS (`model.cpu_matmul: blas`), float32 through oneDNN (`auto`, where this CPU takes
+  it), bf16 autocast (`train.mixed_precision: bf16`, where the CPU has bf16 units); the last update's seconds, its
+  model FLOP/s as a fraction of the path's GEMM rate, and against the BLAS path's: the first update's gradients
+  (largest difference over the largest gradient) and the weights after the last;
+- AdamW: a step over the model's parameters with torch's per-tensor loop (the loop's optimizer before) and its fused
+  kernel (now), against the memory bound (bytes a step reads and writes / bandwidth), and the weights after three
+  steps against each other;
+- sampling (with vLLM): the same prompts in calls of --call-size (as a stage submits them today) against one call.
+`pays` says which path is faster here. Every ratio comes from this one run. Run:
+  python scripts/bench_cpu.py [--model-dir models/base] [--batch 8] [--response-tokens 256] [--no-sampling]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+from accelerate import Accelerator
+from accelerate.state import AcceleratorState
+
+from baselines.grpo import GRPO
+from lopd.core.config import REPO_ROOT, resolve
+from lopd.core.device import use_cpu_matmul
+from lopd.core.domain import Domain
+from lopd.core.loop import load_student, policy_optimizer, update
+from lopd.core.models import load_model, load_tokenizer
+from lopd.core.trajectory import Trajectory, Turn
+from lopd.core.vllm_backend import vllm_available
+from pipelines.common import run_stage
+
+FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+"""The ISA flags that decide which paths a CPU has."""
+
+
+def cpu_info() -> dict:
+    """The CPU's model name and the deciding flags (Linux's /proc/cpuinfo; 'unknown' elsewhere)."""
+    try:
+        first = Path("/proc/cpuinfo").read_text().split("\n\n")[0]  # the first processor's block
+    except OSError:
+        return {"model": platform.processor() or "unknown", "flags": {}}
+    fields = {key.strip(): value.strip() for key, value in (line.split(":", 1) for line in first.splitlines()
+                                                             if ":" in line)}
+    flags = set(fields.get("flags", "").split())
+    return {"model": fields.get("model name", "unknown"), "flags": {f: f in flags for f in FLAGS}}
+
+
+def seconds(fn: Callable[[], object], repeat: int) -> float:
+    """The fastest of `repeat` timed calls after one warm-up call."""
+    fn()
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def gemm_gflops(m: int, k: int, n: int, dtype: torch.dtype, repeat: int = 3) -> float:
+    """GFLOP/s of an [m, k] x [k, n] product in `dtype` on the current matmul path."""
+    a, b = torch.randn(m, k, dtype=dtype), torch.randn(n, k, dtype=dtype)
+    return round(2 * m * k * n / seconds(lambda: a @ b.T, repeat) / 1e9, 1)
+
+
+def bandwidth_gbs(gib: float = 1.0) -> float:
+    """GB/s of a large copy (bytes read + written)."""
+    src = torch.ones(int(gib * 2**30) // 4)
+    dst = torch.empty_like(src)
+    return round(2 * src.numel() * 4 / seconds(lambda: dst.copy_(src), 3) / 1e9, 1)
+
+
+def batch(vocab: int, sequences: int, prompt_tokens: int, response_tokens: int) -> list[Trajectory]:
+    """A fixed GRPO batch of random tokens: groups of 4 with mixed rewards, so every sequence carries gradient."""
+    gen = torch.Generator().manual_seed(0)
+    ids = lambda n: torch.randint(vocab, (n,), generator=gen).tolist()  # noqa: E731
+    return [Trajectory(f"t{i // 4}", [Turn(ids(prompt_tokens), ids(response_tokens), [-1.0] * response_tokens)],
+                       reward=float(i % 2), group=i // 4) for i in range(sequences)]
+
+
+def update_path(model_dir: str, cfg, mixed_precision: str, cpu_matmul: str, trajectories: list[Trajectory],
+                updates: int) -> dict:
+    """`updates` GRPO updates on one path: the last one's seconds, the first one's gradients (all paths start from
+    the same weights) and the weights after the last."""
+    use_cpu_matmul(cpu_matmul)
+    model = load_student(cfg, model_dir, sharded=False)
+    method = GRPO(cfg, Domain.scratch("unused"))
+    optimizer = policy_optimizer(model, method, cfg)
+    AcceleratorState._reset_state()  # accelerate keeps one mixed precision per process; each path sets its own
+    accelerator = Accelerator(cpu=True, mixed_precision=mixed_precision)
+    model, optimizer = accelerator.prepare(model, optimizer)  # as the loop's setup: the autocast wraps the forward
+    out = {}
+    for step in range(updates):
+        start = time.perf_counter()
+        update(model, optimizer, accelerator, method, trajectories, pad_id=0, cfg=cfg)
+        out["update_s"] = time.perf_counter() - start
+        if step == 0:
+            out["grads"] = [p.grad.detach().clone() for p in model.parameters()]
+    out["weights"] = [p.detach().clone() for p in model.parameters()]
+    del model, optimizer
+    gc.collect()
+    return out
+
+
+def max_difference(a: list[torch.Tensor], b: list[torch.Tensor], relative: bool = False) -> float:
+    """The largest absolute difference between two lists of tensors (relative: over b's largest magnitude)."""
+    diff = max((x - y).abs().max().item() for x, y in zip(a, b))
+    return diff / max(y.abs().max().item() for y in b) if relative else diff
+
+
+def bench_updates(args, cfg, flags: dict) -> dict:
+    """The update on each path this CPU has, with its GEMM bound and its numbers against the BLAS path's."""
+    model = load_model(args.model_dir)
+    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    vocab, hidden = model.get_input_embeddings().weight.shape
+    mlp = model.config.intermediate_size
+    del model
+    trajectories = batch(vocab, args.batch, args.prompt_tokens, args.response_tokens)
+    tokens = args.batch * (args.prompt_tokens + args.response_tokens)
+    # 6 FLOPs per weight per token (forward 2, backward 4) over the decoder's Linear layers, plus the vocabulary
+    # projection over the action tokens; activation checkpointing's recomputation is not counted (MFU-style).
+    flops = 6 * (linear * tokens + vocab * hidden * args.batch * args.response_tokens)
+    onednn = use_cpu_matmul("auto") == "onednn"
+    use_cpu_matmul("blas")
+    bounds = {"fp32_blas": gemm_gflops(tokens, hidden, mlp, torch.float32)}
+    paths = [("fp32_blas", "no", "blas")]
+    if onednn:
+        use_cpu_matmul("auto")
+        bounds["fp32_onednn"] = gemm_gflops(tokens, hidden, mlp, torch.float32)
+        paths.append(("fp32_onednn", "no", "auto"))
+    if flags.get("avx512_bf16") or flags.get("amx_bf16"):
+        bounds["bf16"] = gemm_gflops(tokens, hidden, mlp, torch.bfloat16)
+        paths.append(("bf16", "bf16", "auto"))
+    results, reference = {}, None
+    for name, mixed_precision, matmul in paths:
+        run = update_path(args.model_dir, cfg, mixed_precision, matmul, trajectories, args.updates)
+        reference = reference or run
+        wall = run["update_s"]
+        results[name] = {"update_s": round(wall, 2), "tokens_per_s": round(tokens / wall, 1),
+                         "gflops": round(flops / wall / 1e9, 1),
+                         "fraction_of_gemm_bound": round(flops / wall / 1e9 / bounds[name], 3),
+                         "first_grad_difference_vs_fp32_blas": max_difference(run["grads"], reference["grads"],
+                                                                              relative=True),
+                         "weight_difference_vs_fp32_blas": max_difference(run["weights"], reference["weights"])}
+    use_cpu_matmul("blas")
+    fastest = min(results, key=lambda k: results[k]["update_s"])
+    return {"tokens": tokens, "sequences": args.batch, "updates": args.updates, "model_flops": flops,
+            "gemm_gflops": bounds, "paths": results,
+            "speedup_over_fp32_blas": {k: round(results["fp32_blas"]["update_s"] / v["update_s"], 2)
+                                       for k, v in results.items()},
+            "pays": fastest}
+
+
+def bench_adamw(model_dir: str, bandwidth: float) -> dict:
+    """AdamW's step over the model's parameters: torch's per-tensor loop against its fused kernel."""
+    out, finals = {}, {}
+    for name, options in (("per_tensor", {"foreach": False}), ("fused", {"fused": True})):
+        model = load_model(model_dir)
+        params = list(model.parameters())
+        gen = torch.Generator().manual_seed(0)
+        optimizer = torch.optim.AdamW(params, lr=1e-5, **options)
+        times = []
+        for _ in range(3):
+            for p in params:
+                p.grad = torch.randn(p.shape, generator=gen)
+            start = time.perf_counter()
+            optimizer.step()
+            times.append(time.perf_counter() - start)
+        numel = sum(p.numel() for p in params)
+        floor = numel * 4 * 7 / bandwidth / 1e9  # reads weight, grad, 2 moments; writes weight, 2 moments
+        out[name] = {"first_step_s": round(times[0], 3), "step_s": round(min(times[1:]), 3),
+                     "fraction_of_memory_bound": round(floor / min(times[1:]), 3)}
+        finals[name] = [p.detach().clone() for p in params]
+        del model, optimizer, params
+        gc.collect()
+    out["parameters"] = numel
+    out["speedup"] = round(out["per_tensor"]["step_s"] / out["fused"]["step_s"], 2)
+    out["max_weight_difference"] = max_difference(finals["per_tensor"], finals["fused"])
+    return out
+
+
+def bench_sampling(args, cfg) -> dict:
+    """vLLM: the same prompts in calls of --call-size against one call (end-to-end sampled tokens/s)."""
+    from lopd.core.rollout import make_backend
+    from lopd.core.sampling import SamplingParams
+
+    tokenizer = load_tokenizer(args.model_dir)
+    engine_cfg = resolve({"profile": "cpu", "sampling": {"backend": "vllm", "max_new_tokens": args.new_tokens}})
+    backend = make_backend(args.model_dir, tokenizer, engine_cfg, args.prompts)
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(100, 20000, (64,), generator=gen).tolist() for _ in range(args.prompts)]
+    params = SamplingParams(engine_cfg.sampling.temperature, engine_cfg.sampling.top_p, engine_cfg.sampling.top_k,
+                            args.new_tokens)
+    backend.generate(prompts[:2], SamplingParams(max_new_tokens=4), seed=0)  # warm-up
+
+    def run(call_size: int) -> dict:
+        start, sampled = time.perf_counter(), 0
+        for first in range(0, len(prompts), call_size):
+            sampled += sum(len(c.token_ids) for c in backend.generate(prompts[first:first + call_size], params, 0))
+        wall = time.perf_counter() - start
+        return {"calls": -(-len(prompts) // call_size), "sampled_tokens": sampled, "wall_s": round(wall, 2),
+                "tokens_per_s": round(sampled / wall, 1)}
+
+    split, whole = run(args.call_size), run(len(prompts))
+    return {"prompts": args.prompts, "max_new_tokens": args.new_tokens, "split": split, "one_call": whole,
+            "speedup": round(whole["tokens_per_s"] / split["tokens_per_s"], 2)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model-dir", default=str(REPO_ROOT / "models" / "base"))
+    parser.add_argument("--batch", type=int, default=8, help="sequences per update (the learning race's step: 8)")
+    parser.add_argument("--prompt-tokens", type=int, default=128)
+    parser.add_argument("--response-tokens", type=int, default=256)
+    parser.add_argument("--updates", type=int, default=2, help="updates per path (the last is timed)")
+    parser.add_argument("--prompts", type=int, default=32, help="sampling: prompts")
+    parser.add_argument("--call-size", type=int, default=8, help="sampling: prompts per call on the split side")
+    parser.add_argument("--new-tokens", type=int, default=64, help="sampling: tokens per completion")
+    parser.add_argument("--no-sampling", action="store_true", help="skip the vLLM sampling section")
+    parser.add_argument("--out", default=str(REPO_ROOT / "reports" / "perf" / "cpu.json"))
+    args = parser.parse_args()
+    load_tokenizer(args.model_dir)  # a missing model is a one-line error before any measurement
+    cfg = resolve({"profile": "cpu"})  # the cpu profile's update: its micro-batches, loss chunks, checkpointing
+    cpu = cpu_info()
+    bandwidth = bandwidth_gbs()
+    result = {"model_dir": Path(args.model_dir).name, "cpu": cpu, "threads": torch.get_num_threads(),
+              "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+              "bandwidth_gbs": bandwidth, "update": bench_updates(args, cfg, cpu["flags"]),
+              "adamw": bench_adamw(args.model_dir, bandwidth)}
+    result["sampling"] = (bench_sampling(args, cfg) if vllm_available() and not args.no_sampling
+                          else "n/a: " + ("skipped (--no-sampling)" if args.no_sampling else "vllm not installed"))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    run_stage(main)
