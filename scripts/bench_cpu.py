@@ -4,12 +4,13 @@ On the machine at hand and the model in --model-dir (models/base: the cpu profil
 - machine: the CPU, the ISA flags that decide the paths (AVX-512, bf16 units, AMX), torch's kernel capability;
 - bounds: float32 GEMM GFLOP/s through torch's BLAS and through oneDNN (`model.cpu_matmul`: lopd/core/device.py), at
   the shape of the model's MLP over the update's tokens; bf16 GEMM where the CPU has bf16 units; memory bandwidth
-  (a copy of 1 GiB);
+  (the faster of reading and copying 1 GiB);
 - update: --updates GRPO updates (forward, backward, AdamW) of the model on one fixed batch of --batch sequences, on
   each path: float32 through BLAS (`model.cpu_matmul: blas`), float32 through oneDNN (`auto`, where this CPU takes
   it), bf16 autocast (`train.mixed_precision: bf16`, where the CPU has bf16 units); the last update's seconds, its
   model FLOP/s as a fraction of the path's GEMM rate, and against the BLAS path's: the first update's gradients
-  (largest difference over the largest gradient) and the weights after the last;
+  (largest difference over the largest gradient) and the weights after the last; the scale of float32 rounding: the
+  BLAS path's first gradients again over micro-batches of another size (the same sum in another order);
 - AdamW: a step over the model's parameters with torch's per-tensor loop (the loop's optimizer before) and its fused
   kernel (now), against the memory bound (bytes a step reads and writes / bandwidth), and the weights after three
   steps against each other;
@@ -21,6 +22,7 @@ On the machine at hand and the model in --model-dir (models/base: the cpu profil
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import platform
@@ -76,10 +78,12 @@ def gemm_gflops(m: int, k: int, n: int, dtype: torch.dtype, repeat: int = 3) -> 
 
 
 def bandwidth_gbs(gib: float = 1.0) -> float:
-    """GB/s of a large copy (bytes read + written)."""
+    """GB/s from memory: the faster of a large read (a sum) and a large copy (bytes read + written; a copy's stores
+    also read their lines first, which it does not count, so alone it understates what a stream achieves)."""
     src = torch.ones(int(gib * 2**30) // 4)
     dst = torch.empty_like(src)
-    return round(2 * src.numel() * 4 / seconds(lambda: dst.copy_(src), 3) / 1e9, 1)
+    nbytes = src.numel() * 4
+    return round(max(nbytes / seconds(src.sum, 3), 2 * nbytes / seconds(lambda: dst.copy_(src), 3)) / 1e9, 1)
 
 
 def batch(vocab: int, sequences: int, prompt_tokens: int, response_tokens: int) -> list[Trajectory]:
@@ -154,10 +158,16 @@ def bench_updates(args, cfg, flags: dict) -> dict:
     if flags.get("avx512_bf16") or flags.get("amx_bf16"):
         bounds["bf16"] = gemm_gflops(tokens, hidden, mlp, torch.bfloat16)
         paths.append(("bf16", "bf16", "auto"))
-    results, reference = {}, None
+    results, reference, rounding = {}, None, None
     for name, mixed_precision, matmul in paths:
         run = update_path(args.model_dir, cfg, mixed_precision, matmul, trajectories, args.updates, reference)
-        reference = reference or run
+        if reference is None:
+            reference = run
+            # The scale of float32 rounding here: the BLAS path's first gradients again, summed over micro-batches
+            # of another size (the same sum in another order).
+            regrouped = dataclasses.replace(cfg, train=dataclasses.replace(
+                cfg.train, micro_batch_size=1 if cfg.train.micro_batch_size > 1 else 2))
+            rounding = update_path(args.model_dir, regrouped, "no", "blas", trajectories, 1, reference)
         wall = run["update_s"]
         results[name] = {"update_s": round(wall, 2), "tokens_per_s": round(tokens / wall, 1),
                          "gflops": round(flops / wall / 1e9, 1),
@@ -171,6 +181,7 @@ def bench_updates(args, cfg, flags: dict) -> dict:
     fastest = min(results, key=lambda k: results[k]["update_s"])
     return {"tokens": tokens, "sequences": args.batch, "updates": args.updates, "model_flops": flops,
             "gemm_gflops": bounds, "paths": results,
+            "rounding_scale": {"first_grad_difference_of_fp32_blas_regrouped": rounding["grad_difference"]},
             "speedup_over_fp32_blas": {k: round(results["fp32_blas"]["update_s"] / v["update_s"], 2)
                                        for k, v in results.items()},
             "pays": fastest}

@@ -52,8 +52,9 @@ def test_teacher_openings_sums_the_first_tokens_that_open_a_code_fence(load_scri
 
 def test_the_cpu_benchmark_runs_each_path_this_cpu_has_and_compares_them(tiny_model_dir, tmp_path):
     """scripts/bench_cpu.py on the tiny model: BLAS, oneDNN where this CPU takes it and bf16 where it has bf16
-    units, each against the BLAS path's numbers: oneDNN's float32 gradients agree with BLAS's to float32 rounding,
-    bf16's only to bf16's; the fused AdamW takes the per-tensor loop's steps; the bounds are measured, not given."""
+    units, each against the BLAS path's numbers: oneDNN's float32 gradients agree with BLAS's to float32 rounding
+    (the scale of which the BLAS path regrouped measures), bf16's only to bf16's; the fused AdamW takes the
+    per-tensor loop's steps; the bounds are measured, not given."""
     out = tmp_path / "cpu.json"
     done = python([REPO / "scripts" / "bench_cpu.py", "--model-dir", tiny_model_dir, "--batch", "4",
                    "--prompt-tokens", "8", "--response-tokens", "8", "--no-sampling", "--out", out], cwd=REPO)
@@ -67,6 +68,8 @@ def test_the_cpu_benchmark_runs_each_path_this_cpu_has_and_compares_them(tiny_mo
     for name, path in paths.items():
         assert path["update_s"] > 0 and update["gemm_gflops"][name] > 0
         assert path["fraction_of_gemm_bound"] == pytest.approx(path["gflops"] / update["gemm_gflops"][name], rel=0.02)
+    rounding = update["rounding_scale"]["first_grad_difference_of_fp32_blas_regrouped"]
+    assert 0 < rounding < 1e-5  # the same sum over other micro-batches: float32 rounding, no more
     if "fp32_onednn" in paths:
         assert 0 < paths["fp32_onednn"]["first_grad_difference_vs_fp32_blas"] < 1e-4
     if "bf16" in paths:

@@ -70,7 +70,8 @@ def test_each_stage_on_a_bad_input_prints_one_error_line_not_a_traceback(tmp_pat
     params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
     params["data"]["shared_dir"] = str(resolve_path(params["data"]["shared_dir"]))  # the real data
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
-    (repo / "unknown_model.yaml").write_text(yaml.safe_dump({**params, "model": {"name": "no-such-org/no-model"}}))
+    unknown_model = {**params, "model": {**params["model"], "name": "no-such-org/no-model"}}
+    (repo / "unknown_model.yaml").write_text(yaml.safe_dump(unknown_model))
     (repo / "metrics").mkdir()
     (repo / "metrics" / "model.json").write_text('{"prepare_model": {"wall_s"')  # a truncated write: for report
     before = files_in(repo)

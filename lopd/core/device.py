@@ -58,8 +58,9 @@ def use_cpu_matmul(mode: str) -> str:
     onednn or blas (`cpu_matmul`).
 
     torch sends float32 products to its BLAS (MKL on x86), which on some CPUs runs far below the cores' bound: on AMD
-    cores with AVX-512 MKL takes its AVX2 kernels (2 Zen 5 cores: 217 GFLOP/s against oneDNN's 505; `make bench`).
-    torch sends them to oneDNN instead when `torch.backends.mkldnn.matmul.fp32_precision` is bf16, which allows oneDNN
+    cores with AVX-512 MKL picks slower kernels than the CPU allows (2 Zen 5 cores, the MLP of a 0.5B model over 3,072
+    tokens: 181 GFLOP/s against oneDNN's 353, and a GRPO update 1.6x as fast through oneDNN; `make bench`). torch
+    sends them to oneDNN instead when `torch.backends.mkldnn.matmul.fp32_precision` is bf16, which allows oneDNN
     to round the inputs to bf16; on a CPU without AMX it has no kernel that does, and computes in float32 (the same
     result as its plain float32 product, bit for bit). `auto` takes that path only where a probe product comes out
     float32-accurate, so a CPU where oneDNN would round (AMX) keeps BLAS; `blas` is torch's default. Off the CPU
