@@ -8,9 +8,9 @@ On the machine at hand and the model in --model-dir (models/base: the cpu profil
 - update: --updates GRPO updates (forward, backward, AdamW) of the model on one fixed batch of --batch sequences, on
   each path: float32 through BLAS (`model.cpu_matmul: blas`), float32 through oneDNN (`auto`, where this CPU takes
   it), bf16 autocast (`train.mixed_precision: bf16`, where the CPU has bf16 units); the last update's seconds, its
-  model FLOP/s as a fraction of the path's GEMM rate, and against the BLAS path's: the first update's gradients
-  (largest difference over the largest gradient) and the weights after the last; the scale of float32 rounding: the
-  BLAS path's first gradients again over micro-batches of another size (the same sum in another order);
+  model FLOP/s as a fraction of the path's GEMM rate, the first update's gradient error against the same gradients
+  computed in float64 (largest difference over the largest gradient), and the weights after the last against the
+  BLAS path's;
 - AdamW: a step over the model's parameters with torch's per-tensor loop (the loop's optimizer before) and its fused
   kernel (now), against the memory bound (bytes a step reads and writes / bandwidth), and the weights after three
   steps against each other;
@@ -22,7 +22,6 @@ On the machine at hand and the model in --model-dir (models/base: the cpu profil
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import json
 import platform
@@ -95,11 +94,11 @@ def batch(vocab: int, sequences: int, prompt_tokens: int, response_tokens: int) 
 
 
 def update_path(model_dir: str, cfg, mixed_precision: str, cpu_matmul: str, trajectories: list[Trajectory],
-                updates: int, reference: dict | None) -> dict:
-    """`updates` GRPO updates on one path: the last one's seconds and, against `reference` (the BLAS path's first
-    gradients and last weights; all paths start from the same weights), the largest differences. Without a
-    reference it returns its own (this is the BLAS path). Nothing else is kept: a 0.5B model's weights, gradients
-    and AdamW state take 8 GB a path."""
+                updates: int, exact: list[torch.Tensor], reference: list[torch.Tensor] | None) -> dict:
+    """`updates` GRPO updates on one path: the last one's seconds, the first one's gradient error against `exact`
+    (`float64_gradients`; every path starts from the same weights), and the weights after the last, returned where
+    there is no `reference` yet (the BLAS path), else compared with it. Nothing else is kept: a 0.5B model's weights,
+    gradients and AdamW state take 10 GB a path."""
     use_cpu_matmul(cpu_matmul)
     model = load_student(cfg, model_dir, sharded=False)
     method = GRPO(cfg, Domain.scratch("unused"))
@@ -113,19 +112,30 @@ def update_path(model_dir: str, cfg, mixed_precision: str, cpu_matmul: str, traj
         update(model, optimizer, accelerator, method, trajectories, pad_id=0, cfg=cfg)
         out["update_s"] = time.perf_counter() - start
         print(f"update on {cpu_matmul}/{mixed_precision}: {out['update_s']:.1f} s", flush=True)
-        grads = [p.grad for p in model.parameters()]
-        if step == 0 and reference is None:
-            out["grads"] = [g.detach().clone() for g in grads]
-        elif step == 0:
-            out["grad_difference"] = max_difference(grads, reference["grads"], relative=True)
+        if step == 0:
+            out["grad_error"] = max_difference([p.grad for p in model.parameters()], exact, relative=True)
     weights = [p.detach() for p in model.parameters()]
     if reference is None:
         out["weights"] = [w.clone() for w in weights]
     else:
-        out["weight_difference"] = max_difference(weights, reference["weights"])
-    del model, optimizer, grads, weights
+        out["weight_difference"] = max_difference(weights, reference)
+    del model, optimizer, weights
     gc.collect()
     return out
+
+
+def float64_gradients(model_dir: str, cfg, trajectories: list[Trajectory]) -> list[torch.Tensor]:
+    """The first update's gradients computed in float64 (the loss still takes its log-softmax over the vocabulary in
+    float32, as it casts the logits), kept in float32: what each path's gradient error is measured against."""
+    use_cpu_matmul("blas")
+    model = load_student(cfg, model_dir, sharded=False).double()
+    AcceleratorState._reset_state()
+    update(model, torch.optim.SGD(model.parameters(), lr=0.0), Accelerator(cpu=True, mixed_precision="no"),
+           GRPO(cfg, Domain.scratch("unused")), trajectories, pad_id=0, cfg=cfg)
+    grads = [p.grad.float() for p in model.parameters()]
+    del model
+    gc.collect()
+    return grads
 
 
 @torch.no_grad()
@@ -136,7 +146,8 @@ def max_difference(a: list[torch.Tensor], b: list[torch.Tensor], relative: bool 
 
 
 def bench_updates(args, cfg, flags: dict) -> dict:
-    """The update on each path this CPU has, with its GEMM bound and its numbers against the BLAS path's."""
+    """The update on each path this CPU has, with its GEMM bound, its gradient error against float64 and its
+    weights against the BLAS path's."""
     model = load_model(args.model_dir)
     linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     vocab, hidden = model.get_input_embeddings().weight.shape
@@ -158,30 +169,24 @@ def bench_updates(args, cfg, flags: dict) -> dict:
     if flags.get("avx512_bf16") or flags.get("amx_bf16"):
         bounds["bf16"] = gemm_gflops(tokens, hidden, mlp, torch.bfloat16)
         paths.append(("bf16", "bf16", "auto"))
-    results, reference, rounding = {}, None, None
+    exact = float64_gradients(args.model_dir, cfg, trajectories)
+    results, reference = {}, None
     for name, mixed_precision, matmul in paths:
-        run = update_path(args.model_dir, cfg, mixed_precision, matmul, trajectories, args.updates, reference)
-        if reference is None:
-            reference = run
-            # The scale of float32 rounding here: the BLAS path's first gradients again, summed over micro-batches
-            # of another size (the same sum in another order).
-            regrouped = dataclasses.replace(cfg, train=dataclasses.replace(
-                cfg.train, micro_batch_size=1 if cfg.train.micro_batch_size > 1 else 2))
-            rounding = update_path(args.model_dir, regrouped, "no", "blas", trajectories, 1, reference)
+        run = update_path(args.model_dir, cfg, mixed_precision, matmul, trajectories, args.updates, exact, reference)
+        reference = reference or run.pop("weights")
         wall = run["update_s"]
         results[name] = {"update_s": round(wall, 2), "tokens_per_s": round(tokens / wall, 1),
                          "gflops": round(flops / wall / 1e9, 1),
                          "fraction_of_gemm_bound": round(flops / wall / 1e9 / bounds[name], 3),
-                         "first_grad_difference_vs_fp32_blas": run.get("grad_difference", 0.0),
+                         "first_grad_error_vs_float64": run["grad_error"],
                          "weight_difference_vs_fp32_blas": run.get("weight_difference", 0.0)}
         del run
-    del reference
+    del reference, exact
     gc.collect()
     use_cpu_matmul("blas")
     fastest = min(results, key=lambda k: results[k]["update_s"])
     return {"tokens": tokens, "sequences": args.batch, "updates": args.updates, "model_flops": flops,
             "gemm_gflops": bounds, "paths": results,
-            "rounding_scale": {"first_grad_difference_of_fp32_blas_regrouped": rounding["grad_difference"]},
             "speedup_over_fp32_blas": {k: round(results["fp32_blas"]["update_s"] / v["update_s"], 2)
                                        for k, v in results.items()},
             "pays": fastest}
