@@ -90,8 +90,8 @@ class ModelConfig:
     `sampling.dtype`."""
     cpu_matmul: str = "auto"
     """How float32 matrix products run on a CPU (training, teachers, the hf backend): auto (through oneDNN where it
-    computes them in float32, as on CPUs with bf16 units but no AMX, where torch's BLAS can be far slower; the same
-    results to float32 rounding; lopd/core/device.py) | blas (torch's default)."""
+    computes them in float32, as on CPUs with bf16 units but no AMX, where torch's BLAS can be far slower; each
+    product as accurate as BLAS's; lopd/core/device.py) | blas (torch's default)."""
 
     def __post_init__(self) -> None:
         require(bool(self.name), "model.name: must not be empty")
