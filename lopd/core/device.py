@@ -70,8 +70,7 @@ def use_cpu_matmul(mode: str) -> str:
         raise ValueError(f"model.cpu_matmul: {mode!r} is not one of {', '.join(CPU_MATMULS)}")
     torch.backends.mkldnn.matmul.fp32_precision = "none"
     _cpu_matmul = "blas"
-    if (mode == "auto" and not torch.cuda.is_available() and torch.backends.mkldnn.is_available()
-            and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+    if mode == "auto" and not torch.cuda.is_available() and _cpu_has_bf16():
         torch.backends.mkldnn.matmul.fp32_precision = "bf16"
         if _float32_accurate():
             _cpu_matmul = "onednn"
@@ -89,7 +88,12 @@ def mixed_precision(setting: str) -> str:
         return setting
     if torch.cuda.is_available():
         return "bf16" if torch.cuda.is_bf16_supported() else "no"
-    return "bf16" if torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported() else "no"
+    return "bf16" if _cpu_has_bf16() else "no"
+
+
+def _cpu_has_bf16() -> bool:
+    """Whether this CPU has bf16 units oneDNN uses (AVX512-BF16 or AMX)."""
+    return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
 def cpu_matmul() -> str:

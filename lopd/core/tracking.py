@@ -573,12 +573,13 @@ def _log_batch(client, run_id: str, metrics: dict[str, float]) -> None:
 
 def _source_tags(cfg: Config, environ: Mapping[str, str]) -> dict[str, str]:
     """Tags a stage's run and its parent share: what ran, from which code, in which DVC experiment, and the float32
-    matmul path `model.cpu_matmul` resolved to on this machine."""
-    from lopd.core.device import cpu_matmul  # a stage's process has torch loaded already; the tracker's tools need not
+    matmul path `model.cpu_matmul` and the `train.mixed_precision` they resolved to on this machine."""
+    from lopd.core.device import cpu_matmul, mixed_precision  # a stage has torch loaded; the tracker's tools need not
 
     commit = git_commit()
     tags = {"mlflow.source.git.commit": commit, "git.commit": commit, "git.dirty": git_dirty(),
-            "profile": cfg.profile, "cpu_matmul": cpu_matmul()}
+            "profile": cfg.profile, "cpu_matmul": cpu_matmul(),
+            "mixed_precision": mixed_precision(cfg.train.mixed_precision)}
     if environ.get("DVC_EXP_NAME"):
         tags["dvc.experiment"] = environ["DVC_EXP_NAME"]
     return tags
