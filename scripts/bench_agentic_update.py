@@ -69,7 +69,7 @@ def run_variant(method_name: str, checkpointing: bool) -> dict:
     from accelerate import Accelerator
 
     from lopd.core.config import build_config, load_config
-    from lopd.core.device import mixed_precision
+    from lopd.core.device import mixed_precision, use_cpu_matmul
     from lopd.core.loop import policy_optimizer, update
     from lopd.core.methods import MethodContext
     from lopd.core.models import load_model, load_tokenizer
@@ -79,6 +79,7 @@ def run_variant(method_name: str, checkpointing: bool) -> dict:
     raw = for_domain(load_config(REPO_ROOT / "params.yaml"), "agentic").to_dict()
     raw["train"]["activation_checkpointing"] = checkpointing
     cfg = build_config(raw)
+    cpu_matmul = use_cpu_matmul(cfg.model.cpu_matmul)  # the stages' path (pipelines.common.parse_args)
     domain = DOMAINS["agentic"]
     torch.manual_seed(cfg.seed)
     with training_domain(cfg, "agentic") as (tasks, _, _), tempfile.TemporaryDirectory() as work:
@@ -97,7 +98,7 @@ def run_variant(method_name: str, checkpointing: bool) -> dict:
         before_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         start = time.perf_counter()
         metrics = update(model, optimizer, accelerator, method, trajectories, tokenizer.pad_token_id, cfg)
-        return {"update_s": round(time.perf_counter() - start, 1),
+        return {"update_s": round(time.perf_counter() - start, 1), "cpu_matmul": cpu_matmul,
                 "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
                 "peak_rss_before_update_mb": round(before_mb),
                 "sequence_tokens": sorted(len(t.token_ids) for t in trajectories),

@@ -14,7 +14,8 @@ On the machine at hand and the model in --model-dir (models/base: the cpu profil
 - AdamW: a step over the model's parameters with torch's per-tensor loop (the loop's optimizer before) and its fused
   kernel (now), against the memory bound (bytes a step reads and writes / bandwidth), and the weights after three
   steps against each other;
-- sampling (with vLLM): the same prompts in calls of --call-size (as a stage submits them today) against one call.
+- sampling (with vLLM): the same prompts in calls of --call-size against one call, and in one call the engine's
+  top-k / top-p through each row's top k (the backend's) against vLLM's sort over the vocabulary (the same draws).
 `pays` says which path is faster here. Every ratio comes from this one run. Run:
   python scripts/bench_cpu.py [--model-dir models/base] [--batch 8] [--response-tokens 256] [--no-sampling]
 """
@@ -223,8 +224,8 @@ def bench_adamw(model_dir: str, bandwidth: float) -> dict:
     return out
 
 
-def bench_sampling(args, cfg) -> dict:
-    """vLLM: the same prompts in calls of --call-size against one call (end-to-end sampled tokens/s)."""
+def bench_sampling(args) -> dict:
+    """vLLM on --prompts random prompts of 64 tokens at the cpu profile's sampling settings (`sampling_paths`)."""
     from lopd.core.rollout import make_backend
     from lopd.core.sampling import SamplingParams
 
@@ -236,18 +237,38 @@ def bench_sampling(args, cfg) -> dict:
     params = SamplingParams(engine_cfg.sampling.temperature, engine_cfg.sampling.top_p, engine_cfg.sampling.top_k,
                             args.new_tokens)
     backend.generate(prompts[:2], SamplingParams(max_new_tokens=4), seed=0)  # warm-up
+    return sampling_paths(backend, prompts, params, args.call_size)
 
-    def run(call_size: int) -> dict:
-        start, sampled = time.perf_counter(), 0
-        for first in range(0, len(prompts), call_size):
-            sampled += sum(len(c.token_ids) for c in backend.generate(prompts[first:first + call_size], params, 0))
-        wall = time.perf_counter() - start
-        return {"calls": -(-len(prompts) // call_size), "sampled_tokens": sampled, "wall_s": round(wall, 2),
-                "tokens_per_s": round(sampled / wall, 1)}
 
-    split, whole = run(args.call_size), run(len(prompts))
-    return {"prompts": args.prompts, "max_new_tokens": args.new_tokens, "split": split, "one_call": whole,
-            "speedup": round(whole["tokens_per_s"] / split["tokens_per_s"], 2)}
+def sampling_paths(backend, prompts: list[list[int]], params, call_size: int) -> dict:
+    """The same prompts at the same seed: in calls of `call_size` against one call, and in one call the engine's
+    top-k / top-p on each row's top k (`top_k_top_p_cpu`, the backend's) against vLLM's sort over the vocabulary
+    (end-to-end sampled tokens/s; the two samplers must draw the same tokens)."""
+    from vllm.v1.sample.ops import topk_topp_sampler as sampler
+
+    top_k_first = sampler.apply_top_k_top_p
+
+    def run(size: int, sort_vocabulary: bool = False) -> tuple[dict, list[list[int]]]:
+        sampler.apply_top_k_top_p = top_k_first.keywords["sort_vocabulary"] if sort_vocabulary else top_k_first
+        start, tokens = time.perf_counter(), []
+        try:
+            for first in range(0, len(prompts), size):
+                tokens += [c.token_ids for c in backend.generate(prompts[first:first + size], params, 0)]
+        finally:
+            sampler.apply_top_k_top_p = top_k_first
+        wall, sampled = time.perf_counter() - start, sum(map(len, tokens))
+        print(f"sampling in calls of {size}{' (vocabulary sort)' if sort_vocabulary else ''}: "
+              f"{sampled / wall:.1f} tokens/s", flush=True)
+        return {"calls": -(-len(prompts) // size), "sampled_tokens": sampled, "wall_s": round(wall, 2),
+                "tokens_per_s": round(sampled / wall, 1)}, tokens
+
+    (split, _), (whole, drawn) = run(call_size), run(len(prompts))
+    sorted_run, sorted_drawn = run(len(prompts), sort_vocabulary=True)
+    return {"prompts": len(prompts), "max_new_tokens": params.max_new_tokens, "split": split, "one_call": whole,
+            "speedup": round(whole["tokens_per_s"] / split["tokens_per_s"], 2),
+            "one_call_vocabulary_sort": sorted_run,
+            "top_k_first_speedup": round(whole["tokens_per_s"] / sorted_run["tokens_per_s"], 2),
+            "same_tokens_as_vocabulary_sort": drawn == sorted_drawn}
 
 
 def main() -> None:
@@ -257,7 +278,7 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--response-tokens", type=int, default=256)
     parser.add_argument("--updates", type=int, default=2, help="updates per path (the last is timed)")
-    parser.add_argument("--prompts", type=int, default=32, help="sampling: prompts")
+    parser.add_argument("--prompts", type=int, default=128, help="sampling: prompts (an evaluation's batch)")
     parser.add_argument("--call-size", type=int, default=8, help="sampling: prompts per call on the split side")
     parser.add_argument("--new-tokens", type=int, default=64, help="sampling: tokens per completion")
     parser.add_argument("--no-sampling", action="store_true", help="skip the vLLM sampling section")
@@ -271,7 +292,7 @@ def main() -> None:
               "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
               "bandwidth_gbs": bandwidth, "update": bench_updates(args, cfg, cpu["flags"]),
               "adamw": bench_adamw(args.model_dir, bandwidth)}
-    result["sampling"] = (bench_sampling(args, cfg) if vllm_available() and not args.no_sampling
+    result["sampling"] = (bench_sampling(args) if vllm_available() and not args.no_sampling
                           else "n/a: " + ("skipped (--no-sampling)" if args.no_sampling else "vllm not installed"))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

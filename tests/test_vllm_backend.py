@@ -21,7 +21,7 @@ from lopd.core import rollout  # noqa: E402
 from lopd.core.config import ConfigError, resolve  # noqa: E402
 from lopd.core.models import load_model  # noqa: E402
 from lopd.core.sampling import ROLLOUT_ATTENTION, HFBackend, SamplingParams  # noqa: E402
-from lopd.core.vllm_backend import CPU_HEAD_SIZES, VLLMBackend  # noqa: E402
+from lopd.core.vllm_backend import CPU_HEAD_SIZES, VLLMBackend, top_k_top_p_cpu  # noqa: E402
 
 TEXTS = ["Write a function that reverses a string.", "Hi", "Sum the numbers from one to ten, please, in Python.",
          "What is the capital of France? Answer in one word."]
@@ -186,6 +186,82 @@ def test_same_seed_same_completions_other_seed_other_ones(engine, prompts):
     engine.sleep()  # no-op on CPU
     engine.wake_up()
     assert [c.token_ids for c in engine.generate(prompts, PARAMS, seed=11)] == [c.token_ids for c in a]
+
+
+def _kept_by_brute_force(row: list[float], k: int, p: float) -> set[int]:
+    """Top-k then top-p as vLLM documents it, token by token in float64: keep the k largest (and ties with the k-th);
+    over the kept tokens' softmax, in ascending order, drop a token while the mass up to and including it is
+    <= 1 - p, never the largest."""
+    kth = sorted(row, reverse=True)[k - 1]
+    kept = [i for i, v in enumerate(row) if v >= kth]
+    top = max(row[i] for i in kept)
+    weights = {i: torch.tensor(row[i] - top, dtype=torch.float64).exp().item() for i in kept}
+    total, mass = sum(weights.values()), 0.0
+    ascending = sorted(kept, key=lambda i: row[i])
+    dropped = set()
+    for i in ascending[:-1]:
+        mass += weights[i] / total
+        if mass <= 1 - p:
+            dropped.add(i)
+    return set(kept) - dropped
+
+
+def test_top_k_top_p_cpu_keeps_what_sorting_the_vocabulary_keeps():
+    """The engine's CPU sampler gets `top_k_top_p_cpu`: the same logits out as vLLM's sort over the vocabulary, and
+    the kept sets of a float64 brute force; rows without a top-k bound go to vLLM's function."""
+    from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p_pytorch
+
+    def sort_vocabulary(logits, k, p):
+        return apply_top_k_top_p_pytorch(logits, k, p, allow_cpu_sync=True)
+
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, 1000, generator=gen) * torch.linspace(0.5, 4.0, 64)[:, None]
+    k = torch.randint(1, 60, (64,), generator=gen, dtype=torch.int32)
+    p = torch.rand(64, generator=gen) * 0.6 + 0.4
+    p[0] = 1.0
+    ours = top_k_top_p_cpu(logits.clone(), k, p, sort_vocabulary)
+    assert torch.equal(ours, sort_vocabulary(logits.clone(), k, p))
+    for row in range(64):
+        kept = set(torch.isfinite(ours[row]).nonzero().flatten().tolist())
+        assert kept == _kept_by_brute_force(logits[row].tolist(), int(k[row]), float(p[row]))
+    assert torch.equal(top_k_top_p_cpu(logits.clone(), k, None, sort_vocabulary),
+                       sort_vocabulary(logits.clone(), k, None))
+    unbounded = k.clone()
+    unbounded[3] = 1000
+    calls = []
+    top_k_top_p_cpu(logits.clone(), unbounded, p, lambda *a: calls.append(a) or a[0])
+    assert len(calls) == 1
+
+
+def test_engine_draws_the_tokens_vllms_own_sampler_draws(engine, prompts):
+    """The engine's CPU sampler with `top_k_top_p_cpu` draws, seed for seed, what vLLM's vocabulary sort draws
+    (a flat distribution, so that top-p cuts inside the top k)."""
+    from vllm.v1.sample.ops import topk_topp_sampler as sampler
+
+    params = SamplingParams(temperature=3.0, top_p=0.7, top_k=20, max_new_tokens=24)
+    ours = engine.generate(prompts, params, seed=5)
+    fast = sampler.apply_top_k_top_p
+    assert fast.lopd_top_k_first
+    sampler.apply_top_k_top_p = fast.keywords["sort_vocabulary"]
+    try:
+        theirs = engine.generate(prompts, params, seed=5)
+    finally:
+        sampler.apply_top_k_top_p = fast
+    assert [c.token_ids for c in ours] == [c.token_ids for c in theirs]
+    assert len({t for c in ours for t in c.token_ids}) > 10  # sampled, not greedy
+
+
+def test_bench_cpu_times_both_samplers_on_the_same_draws(engine, prompts, load_script):
+    """scripts/bench_cpu.py's sampling section on this engine: calls of 2 against one call, and the top-k-first
+    sampler against vLLM's vocabulary sort, which draw the same tokens; the engine keeps the backend's sampler."""
+    from vllm.v1.sample.ops import topk_topp_sampler as sampler
+
+    fast = sampler.apply_top_k_top_p
+    params = SamplingParams(temperature=3.0, top_p=0.7, top_k=20, max_new_tokens=8)
+    out = load_script("bench_cpu").sampling_paths(engine, prompts, params, call_size=2)
+    assert out["split"]["calls"] == 2 and out["one_call"]["calls"] == out["one_call_vocabulary_sort"]["calls"] == 1
+    assert out["same_tokens_as_vocabulary_sort"] and out["one_call"]["sampled_tokens"] == 4 * 8
+    assert out["top_k_first_speedup"] > 0 and sampler.apply_top_k_top_p is fast
 
 
 def test_stops_on_stop_tokens_and_keeps_them(engine, prompts):
