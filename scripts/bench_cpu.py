@@ -17,7 +17,7 @@ On the machine at hand and the model in --model-dir (models/base: the cpu profil
 - sampling (with vLLM): the same prompts in calls of --call-size against one call, and in one call the engine's
   top-k / top-p through each row's top k (the backend's) against vLLM's sort over the vocabulary (the same draws).
 `pays` says which path is faster here. Every ratio comes from this one run. Run:
-  python scripts/bench_cpu.py [--model-dir models/base] [--batch 8] [--response-tokens 256] [--no-sampling]
+  python scripts/bench_cpu.py [--model-dir models/base] [--batch 8] [--response-tokens 256] [--sections update adamw sampling]
 """
 
 from __future__ import annotations
@@ -224,6 +224,9 @@ def bench_adamw(model_dir: str, bandwidth: float) -> dict:
     return out
 
 
+SECTIONS = ("update", "adamw", "sampling")
+
+
 def bench_sampling(args) -> dict:
     """vLLM on --prompts random prompts of 64 tokens at the cpu profile's sampling settings (`sampling_paths`)."""
     from lopd.core.rollout import make_backend
@@ -281,7 +284,8 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=128, help="sampling: prompts (an evaluation's batch)")
     parser.add_argument("--call-size", type=int, default=8, help="sampling: prompts per call on the split side")
     parser.add_argument("--new-tokens", type=int, default=64, help="sampling: tokens per completion")
-    parser.add_argument("--no-sampling", action="store_true", help="skip the vLLM sampling section")
+    parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS),
+                        help="what to measure (default: all); the JSON holds those measured in this run")
     parser.add_argument("--out", default=str(REPO_ROOT / "reports" / "perf" / "cpu.json"))
     args = parser.parse_args()
     load_tokenizer(args.model_dir)  # a missing model is a one-line error before any measurement
@@ -290,10 +294,13 @@ def main() -> None:
     bandwidth = bandwidth_gbs()
     result = {"model_dir": Path(args.model_dir).name, "cpu": cpu, "threads": torch.get_num_threads(),
               "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-              "bandwidth_gbs": bandwidth, "update": bench_updates(args, cfg, cpu["flags"]),
-              "adamw": bench_adamw(args.model_dir, bandwidth)}
-    result["sampling"] = (bench_sampling(args) if vllm_available() and not args.no_sampling
-                          else "n/a: " + ("skipped (--no-sampling)" if args.no_sampling else "vllm not installed"))
+              "bandwidth_gbs": bandwidth}
+    if "update" in args.sections:
+        result["update"] = bench_updates(args, cfg, cpu["flags"])
+    if "adamw" in args.sections:
+        result["adamw"] = bench_adamw(args.model_dir, bandwidth)
+    if "sampling" in args.sections:
+        result["sampling"] = bench_sampling(args) if vllm_available() else "n/a: vllm not installed"
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
