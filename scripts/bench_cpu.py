@@ -17,7 +17,8 @@ On the machine at hand and the model in --model-dir (models/base: the cpu profil
 - sampling (with vLLM): the same prompts in calls of --call-size against one call, and in one call the engine's
   top-k / top-p through each row's top k (the backend's) against vLLM's sort over the vocabulary (the same draws).
 `pays` says which path is faster here. Every ratio comes from this one run. Run:
-  python scripts/bench_cpu.py [--model-dir models/base] [--batch 8] [--response-tokens 256] [--sections update adamw sampling]
+  python scripts/bench_cpu.py [--model-dir models/base] [--batch 8] [--response-tokens 256]
+      [--sections update adamw sampling]
 """
 
 from __future__ import annotations

@@ -56,7 +56,8 @@ def test_the_cpu_benchmark_runs_each_path_this_cpu_has_and_compares_them(tiny_mo
     bf16's; the fused AdamW takes the per-tensor loop's steps; the bounds are measured, not given."""
     out = tmp_path / "cpu.json"
     done = python([REPO / "scripts" / "bench_cpu.py", "--model-dir", tiny_model_dir, "--batch", "4",
-                   "--prompt-tokens", "8", "--response-tokens", "8", "--sections", "update", "adamw", "--out", out], cwd=REPO)
+                   "--prompt-tokens", "8", "--response-tokens", "8", "--sections", "update", "adamw", "--out", out],
+                  cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     update, adamw = result["update"], result["adamw"]
