@@ -23,7 +23,7 @@ also keeps tokens tied with the k-th) see the same z/T. The lm_head runs in floa
 rounded to bf16 (vLLM's advice for RL too). Tested: a float32 engine's log-probs equal the trainer's fp32 forward to
 1e-5.
 Top-k then top-p on CPU (`top_k_top_p_cpu`): vLLM's CPU sampler sorts every row's whole vocabulary for top-p
-(`apply_top_k_top_p_pytorch`): at 128 rows of Qwen2.5's 151,936 tokens that sort took over a third of a decode step.
+(`apply_top_k_top_p_pytorch`): at 128 rows of Qwen2.5's 151,936 tokens it took over a third of the engine's time.
 The engine's sampler is given one that finds the same kept set from the top k alone; the same tokens are drawn.
 Greedy is `SamplingParams(top_k=1)`, as for HFBackend: only the argmax can be drawn; its log-prob is still that of
 softmax(z/T).
