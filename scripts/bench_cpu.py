@@ -24,6 +24,7 @@ On the machine at hand and the model in --model-dir (models/base: the cpu profil
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import platform
@@ -42,7 +43,7 @@ from lopd.core.domain import Domain
 from lopd.core.loop import load_student, policy_optimizer, update
 from lopd.core.models import load_model, load_tokenizer
 from lopd.core.trajectory import Trajectory, Turn
-from lopd.core.vllm_backend import vllm_available
+from lopd.core.vllm_backend import vllm_available, vocabulary_sort_sampler
 from pipelines.common import run_stage
 
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
@@ -248,18 +249,11 @@ def sampling_paths(backend, prompts: list[list[int]], params, call_size: int) ->
     """The same prompts at the same seed: in calls of `call_size` against one call, and in one call the engine's
     top-k / top-p on each row's top k (`top_k_top_p_cpu`, the backend's) against vLLM's sort over the vocabulary
     (end-to-end sampled tokens/s; the two samplers must draw the same tokens)."""
-    from vllm.v1.sample.ops import topk_topp_sampler as sampler
-
-    top_k_first = sampler.apply_top_k_top_p
-
     def run(size: int, sort_vocabulary: bool = False) -> tuple[dict, list[list[int]]]:
-        sampler.apply_top_k_top_p = top_k_first.keywords["sort_vocabulary"] if sort_vocabulary else top_k_first
         start, tokens = time.perf_counter(), []
-        try:
+        with vocabulary_sort_sampler() if sort_vocabulary else contextlib.nullcontext():
             for first in range(0, len(prompts), size):
                 tokens += [c.token_ids for c in backend.generate(prompts[first:first + size], params, 0)]
-        finally:
-            sampler.apply_top_k_top_p = top_k_first
         wall, sampled = time.perf_counter() - start, sum(map(len, tokens))
         print(f"sampling in calls of {size}{' (vocabulary sort)' if sort_vocabulary else ''}: "
               f"{sampled / wall:.1f} tokens/s", flush=True)

@@ -11,7 +11,10 @@ it, timed end to end (sampling and the sandbox's scoring):
   benchmark runs faster than this sample).
 Each records its wall time, sampled tokens and mean completion length: what a rollout costs and how long it is at the
 profile's budget, which the engines' token rates (rollout.json, gpu.json) do not say.
-Run: python scripts/bench_profile_rollouts.py [--profile cpu] [--eval-tasks 64]  (13 minutes on 2 cores)
+On a CPU engine every part is measured twice in the run, side by side: with the backend's sampler (`top_k_first`,
+`top_k_top_p_cpu`) and, under `vocabulary_sort`, with vLLM's own, which runs recorded before it sampled with
+(`make estimate --check` compares such a run with the rates it sampled at). The two draw the same tokens.
+Run: python scripts/bench_profile_rollouts.py [--profile cpu] [--eval-tasks 64]  (12 minutes on 2 cores)
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from lopd.core.loop import validate  # noqa: E402
 from lopd.core.models import load_tokenizer  # noqa: E402
 from lopd.core.rollout import greedy_params, make_backend, sampling_params  # noqa: E402
 from lopd.core.sampling import SamplingParams  # noqa: E402
+from lopd.core.vllm_backend import CPU_SAMPLER, VLLMBackend, vocabulary_sort_sampler  # noqa: E402
 from pipelines.common import BASE_MODEL_DIR, run_stage  # noqa: E402
 from pipelines.domains.code import training_tasks  # noqa: E402
 from pipelines.evaluate import NotAvailable, code_benchmark, evaluate_benchmark  # noqa: E402
@@ -44,6 +48,47 @@ OUT = REPO / "reports" / "perf" / "profile_rollouts.json"
 def part(wall_s: float, tokens: int, rollouts: int) -> dict:
     return {"rollouts": rollouts, "wall_s": round(wall_s, 1), "sampled_tokens": tokens,
             "mean_tokens": round(tokens / rollouts, 1)}
+
+
+def measure_parts(cfg, backend, tokenizer) -> dict:
+    """The profile's train_step, validation and eval parts, timed on `backend` (its prefix cache emptied first, so a
+    second measurement finds what the first did)."""
+    if isinstance(backend, VLLMBackend):
+        backend.llm.reset_prefix_cache()
+    parts: dict = {}
+    with training_tasks(cfg) as split:
+        group = cfg.section(GRPOConfig).group_size
+        tasks = split.tasks[:cfg.train.rollouts_per_step // group]
+        start = time.perf_counter()
+        rollouts = split.collect(backend, tokenizer, tasks, sampling_params(cfg, cfg.sampling.max_new_tokens), cfg.seed,
+                                 group)
+        parts["train_step"] = {**part(time.perf_counter() - start, sum(t.num_action_tokens for t in rollouts),
+                                      len(rollouts)),
+                               "mean_prompt_tokens": round(sum(len(t.turns[0].context_ids) for t in rollouts)
+                                                           / len(rollouts), 1)}
+        start = time.perf_counter()
+        before = backend.stats["sampled_tokens"]
+        validate(backend, tokenizer, split.collect, split.validation, greedy_params(cfg.sampling.max_new_tokens), 1,
+                 cfg.seed, Accelerator(cpu=device().type == "cpu"))
+        parts["validation"] = part(time.perf_counter() - start, backend.stats["sampled_tokens"] - before,
+                                   len(split.validation))
+    parts["eval"] = {}
+    for benchmark in cfg.benchmarks:
+        try:
+            bench = code_benchmark(cfg, benchmark)
+        except NotAvailable as err:
+            parts["eval"][benchmark] = str(err)
+            continue
+        scored = evaluate_benchmark(cfg, "bench", benchmark, bench, backend, tokenizer, None, PartialState())
+        summary = scored["summary"]
+        parts["eval"][benchmark] = {**part(summary["sampling_s"] + summary["scoring_s"], summary["generated_tokens"],
+                                           summary["n_tasks"]), "scoring_s": summary["scoring_s"]}
+    return parts
+
+
+def sampled_tokens(parts: dict) -> list[int]:
+    return [parts["train_step"]["sampled_tokens"], parts["validation"]["sampled_tokens"],
+            *(e["sampled_tokens"] for e in parts["eval"].values() if isinstance(e, dict))]
 
 
 def main() -> None:
@@ -62,33 +107,14 @@ def main() -> None:
     backend.generate([tokenizer("warm-up")["input_ids"]] * 2, SamplingParams(max_new_tokens=4), seed=0)
     result = {"profile": cfg.profile, "model": cfg.model.name, "backend": type(backend).__name__,
               "max_new_tokens": cfg.sampling.max_new_tokens, "eval_max_new_tokens": cfg.eval.max_new_tokens}
-    with training_tasks(cfg) as split:
-        group = cfg.section(GRPOConfig).group_size
-        tasks = split.tasks[:cfg.train.rollouts_per_step // group]
-        start = time.perf_counter()
-        rollouts = split.collect(backend, tokenizer, tasks, sampling_params(cfg, cfg.sampling.max_new_tokens), cfg.seed,
-                                 group)
-        result["train_step"] = {**part(time.perf_counter() - start, sum(t.num_action_tokens for t in rollouts),
-                                       len(rollouts)),
-                                "mean_prompt_tokens": round(sum(len(t.turns[0].context_ids) for t in rollouts)
-                                                            / len(rollouts), 1)}
-        start = time.perf_counter()
-        before = backend.stats["sampled_tokens"]
-        validate(backend, tokenizer, split.collect, split.validation, greedy_params(cfg.sampling.max_new_tokens), 1,
-                 cfg.seed, Accelerator(cpu=device().type == "cpu"))
-        result["validation"] = part(time.perf_counter() - start, backend.stats["sampled_tokens"] - before,
-                                    len(split.validation))
-    result["eval"] = {}
-    for benchmark in cfg.benchmarks:
-        try:
-            bench = code_benchmark(cfg, benchmark)
-        except NotAvailable as err:
-            result["eval"][benchmark] = str(err)
-            continue
-        scored = evaluate_benchmark(cfg, "bench", benchmark, bench, backend, tokenizer, None, PartialState())
-        summary = scored["summary"]
-        result["eval"][benchmark] = {**part(summary["sampling_s"] + summary["scoring_s"], summary["generated_tokens"],
-                                            summary["n_tasks"]), "scoring_s": summary["scoring_s"]}
+    cpu_engine = isinstance(backend, VLLMBackend) and not backend.cuda
+    if cpu_engine:
+        result["sampler"] = CPU_SAMPLER
+    result.update(measure_parts(cfg, backend, tokenizer))
+    if cpu_engine:
+        with vocabulary_sort_sampler():
+            result["vocabulary_sort"] = measure_parts(cfg, backend, tokenizer)
+        result["same_sampled_tokens"] = sampled_tokens(result) == sampled_tokens(result["vocabulary_sort"])
     out = Path(args.out)
     entries = json.loads(out.read_text()) if out.exists() else {}
     entries[cfg.profile] = result

@@ -17,7 +17,8 @@ plus each update's trained action tokens x its measured seconds per token, plus 
 is counted from the profile's config and its data; every assumption is printed. GPUS=N processes split each stage's
 rollouts and updates evenly (the launcher's data parallelism); start-up does not shrink.
 `--check` compares the estimate with reports/perf/default_run_wall_time.json (the recorded default run: the cpu
-profile on this project's 2-core machine) per domain, and writes reports/perf/estimate_check.json.
+profile on this project's 2-core machine) per domain, and writes reports/perf/estimate_check.json; like with like:
+from the rates of the sampler that run sampled with (profile_rollouts.json measures both CPU samplers side by side).
 Run: python scripts/estimate.py [--profile cpu] [--gpus 1] [--gpu cpu|h100|h200] [--check]
 """
 
@@ -100,8 +101,24 @@ def rate(part: dict) -> float:
     return part["sampled_tokens"] / (part["wall_s"] - part.get("scoring_s", 0))
 
 
+UNNAMED_SAMPLER = "vocabulary_sort"
+"""What a measurement or a recorded run without a `sampler` key sampled with on CPU: vLLM's own sort over the
+vocabulary; they predate the backend's `top_k_first` (lopd.core.vllm_backend.top_k_top_p_cpu)."""
+
+
+def sampled_parts(entry: dict, sampler: str | None) -> dict:
+    """The train_step, validation and eval parts of a profile_rollouts.json entry as `sampler` sampled them (None:
+    the entry's top level, the backend's own; `vocabulary_sort`: vLLM's CPU sampler, measured beside it)."""
+    if sampler is None or sampler == entry.get("sampler", UNNAMED_SAMPLER):
+        return entry
+    if sampler not in entry:
+        sys.exit(f"error: reports/perf/profile_rollouts.json: profile {entry['profile']} has no rates measured with "
+                 f"the {sampler} sampler (run python scripts/bench_profile_rollouts.py --profile {entry['profile']})")
+    return entry[sampler]
+
+
 def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | None,
-              on_gpu: bool = False) -> Costs:
+              on_gpu: bool = False, sampler: str | None = None) -> Costs:
     profiles, rollout, step_file, agentic, startup = (read(n) for n in (
         "profile_rollouts.json", "rollout.json", "lopd_step.json", "agentic_update.json", "stage_startup.json"))
     measured = profiles.get(cfg.profile)
@@ -114,7 +131,8 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
         sys.exit(f"error: reports/perf/lopd_step.json: no entry for {cfg.model.name} "
                  "(python scripts/bench_lopd_step.py)")
     model = model or "qwen2.5-coder-0.5b"  # on a GPU only its passes' ratios to the student's are used
-    base = profiles.get(cfg.profile) or profiles["cpu"]  # rates of the engine on this CPU
+    entry = profiles.get(cfg.profile) or profiles["cpu"]  # rates of the engine on this CPU
+    base, used = sampled_parts(entry, sampler), sampler or entry.get("sampler", UNNAMED_SAMPLER)
     evals = {b: e for b, e in base["eval"].items() if isinstance(e, dict)}
     step = step_file["models"][model]["step"]
     tokens, passes = step["action_tokens"], step["passes_s"]
@@ -123,7 +141,7 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
     return Costs(
         train_rate=rate(train), validation_rate=rate(base["validation"]),
         eval_rate={b: rate(e) for b, e in evals.items()},
-        train_tokens=mean_tokens or measured["train_step"]["mean_tokens"],
+        train_tokens=mean_tokens or sampled_parts(measured, sampler)["train_step"]["mean_tokens"],
         eval_tokens={b: eval_mean_tokens or e["mean_tokens"] for b, e in evals.items()},
         sandbox_s=rollout["grpo_step"]["reward_s"] / rollout["grpo_step"]["rollouts"],
         eval_scoring_s={b: e["scoring_s"] / e["rollouts"] for b, e in evals.items()},
@@ -134,7 +152,8 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
         optimizer_s=max(0.0, step["grpo_update_s"] - passes["student"]),
         agentic_update_s={kind: agentic["variants"][f"{kind}:on"]["update_s"] / played for kind in ("grpo", "lopd")},
         startup_s=sum(startup["imports_s"].values()) / len(startup["imports_s"]) + startup["mlflow_s"],
-        sources={"sampling": f"profile_rollouts.json ({base['backend']}, {base['model']}, profile {base['profile']})",
+        sources={"sampling": f"profile_rollouts.json ({entry['backend']}{', sampler ' + used}, "
+                             f"{entry['model']}, profile {entry['profile']})",
                  "updates": f"lopd_step.json and agentic_update.json ({model})",
                  "start-up": "stage_startup.json"})
 
@@ -404,11 +423,16 @@ def check(predicted: dict[str, float]) -> dict:
     return {"recorded_run": recorded["written"], "tolerance": CHECK_TOLERANCE, "domains": domains}
 
 
+def recorded_sampler() -> str:
+    """The CPU sampler the recorded default run sampled with, as its record says (scripts/wall_time.py)."""
+    return read("default_run_wall_time.json").get("sampler", UNNAMED_SAMPLER)
+
+
 def machine_ratio() -> dict:
-    """How much slower this machine sampled than the one that recorded the default run, on the same batch: the
-    training step profile_rollouts.json times against the recorded GRPO run's first step (plots/train/grpo.json). A
-    diagnostic of the check only: the estimate never reads a recorded run."""
-    bench = read("profile_rollouts.json")["cpu"]["train_step"]
+    """How much slower this machine sampled than the one that recorded the default run, on the same batch with the
+    same sampler: the training step profile_rollouts.json times against the recorded GRPO run's first step
+    (plots/train/grpo.json). A diagnostic of the check only: the estimate never reads a recorded run."""
+    bench = sampled_parts(read("profile_rollouts.json")["cpu"], recorded_sampler())["train_step"]
     first = json.loads(recorded_grpo_history())[0]
     recorded_s = first["time_sampling_s"] + first["time_reward_s"]
     return {"bench_s": bench["wall_s"], "recorded_s": round(recorded_s, 1),
@@ -473,12 +497,15 @@ def main() -> None:
         print(f"  {stage:<{width}} {seconds / 60:8.1f} min")
     print(f"  {'learning race':<{width}} {sum(race.values()) / 3600:8.2f} h")
     if args.check:
-        result = check(predicted)
+        sampler = recorded_sampler()
+        as_recorded = cpu_costs(cfg, args.mean_tokens, args.eval_mean_tokens, sampler=sampler)
+        result = {**check(estimate(cfg, as_recorded, args.gpus)[0]), "sampler": sampler}
         machine = machine_ratio()
-        rescaled, _, _ = estimate(cfg, at_speed(costs, machine["ratio"]), args.gpus)
+        rescaled, _, _ = estimate(cfg, at_speed(as_recorded, machine["ratio"]), args.gpus)
         result["machine"] = {**machine, "note": "the same training batch, sampled here and in the recorded run"}
         result["at_recorded_machine_speed"] = check(rescaled)["domains"]
         (PERF / "estimate_check.json").write_text(json.dumps(result, indent=2) + "\n")
+        print(f"check: from the rates of the recorded run's sampler ({sampler})")
         for domain, entry in result["domains"].items():
             print(f"check {domain}: estimated {entry['estimated_s'] / 3600:.2f} h, recorded "
                   f"{entry['recorded_s'] / 3600:.2f} h: x{entry['ratio']} "

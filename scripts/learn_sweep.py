@@ -13,7 +13,9 @@ ran on. Tune only here, on the held-in tasks, never on a benchmark.
 `--measure eval_samples=16` (repeatable) measures every point of a sweep more finely than the workspace's race does:
 the points are named with it (learn-grpo-steps24-eval_samples16), and their table (`..._eval_samples16`) leaves out the
 committed result, measured otherwise. Only the measurement's settings may change this way (MEASUREMENT): the held-in
-tasks come from the workspace's selection.
+tasks come from the workspace's selection. `--hold steps=24` fixes the run's other setting for every point (an lr
+sweep at 24 steps: learn-lopd-lr3e-05-steps24); its table takes any finished experiment of the run at those settings,
+so the steps sweep's point at 24 steps is the lr sweep's point at the run's own lr.
 """
 
 from __future__ import annotations
@@ -45,22 +47,26 @@ COLUMNS = (("lr", "lr"), ("rollouts", "Rollouts"), ("start", "Held-in, step 0"),
 TABLES = REPO / "reports" / "tables"
 
 
-def measure_suffix(measure: dict[str, int]) -> str:
-    """`-eval_samples16`: how a sweep's points name the measurement settings they fix ('' for none)."""
-    return "".join(f"-{key}{value}" for key, value in sorted(measure.items()))
+def fixed_suffix(fixed: dict[str, float | int]) -> str:
+    """`-eval_samples16-steps24`: how a sweep's points name the settings they fix for the whole sweep ('' for none)."""
+    return "".join(f"-{key}{value:g}" for key, value in sorted(fixed.items()))
 
 
-def experiment_name(run: str, setting: str, value: float | int, measure: dict[str, int] | None = None) -> str:
+def experiment_name(run: str, setting: str, value: float | int, measure: dict[str, int] | None = None,
+                    hold: dict[str, float | int] | None = None) -> str:
     """`learn-grpo-lr3e-05`: the DVC experiment of one sweep point."""
-    return f"learn-{run}-{setting}{value:g}{measure_suffix(measure or {})}"
+    return f"learn-{run}-{setting}{value:g}{fixed_suffix({**(measure or {}), **(hold or {})})}"
 
 
-def point_args(run: str, setting: str, value: float | int, measure: dict[str, int] | None = None) -> list[str]:
+def point_args(run: str, setting: str, value: float | int, measure: dict[str, int] | None = None,
+               hold: dict[str, float | int] | None = None) -> list[str]:
     """`dvc exp run` arguments of one sweep point: that run's stage alone, with the one setting changed (and the
-    measurement's settings `measure`, fixed for the whole sweep)."""
-    fixed = [arg for key, v in sorted((measure or {}).items()) for arg in ("-S", f"learn.{key}={v!r}")]
-    return ["-n", experiment_name(run, setting, value, measure), "-s", "-S", f"learn.runs.{run}.{setting}={value!r}",
-            *fixed, f"pipelines/learn/dvc.yaml:learn@{run}"]
+    measurement's settings `measure` and the run's settings `hold`, fixed for the whole sweep)."""
+    run_settings = {setting: value, **(hold or {})}
+    args = [arg for key, v in sorted(run_settings.items()) for arg in ("-S", f"learn.runs.{run}.{key}={v!r}")]
+    args += [arg for key, v in sorted((measure or {}).items()) for arg in ("-S", f"learn.{key}={v!r}")]
+    return ["-n", experiment_name(run, setting, value, measure, hold), "-s", *args,
+            f"pipelines/learn/dvc.yaml:learn@{run}"]
 
 
 def _without_run(params: dict[str, Any], run: str) -> dict[str, Any]:
@@ -69,22 +75,24 @@ def _without_run(params: dict[str, Any], run: str) -> dict[str, Any]:
 
 
 def sweep_rows(run: str, setting: str, exps: list[dict], params: dict[str, Any],
-               committed: dict[str, Any] | None, measure: dict[str, int] | None = None) -> list[dict]:
+               committed: dict[str, Any] | None, measure: dict[str, int] | None = None,
+               hold: dict[str, float | int] | None = None) -> list[dict]:
     """The sweep's table rows, ordered by the setting's value: the workspace's committed result of `run` (its
-    metrics section, or None; left out under `measure`, which measures otherwise) and each finished experiment
-    (`evaluation.sweeps.experiments`) named as a point of this sweep whose params equal `params` (the workspace's,
-    with `measure`'s learn settings) except `run`'s entry; the first experiment of a name wins (DVC lists the newest
-    first)."""
-    suffix = measure_suffix(measure or {})
+    metrics section, or None; left out under `measure` or `hold`, which measure or train otherwise) and each finished
+    experiment (`evaluation.sweeps.experiments`) of `run` (named learn-<run>-...) whose params equal `params` (the
+    workspace's, with `measure`'s learn settings) and whose run entry equals the workspace's with `hold`'s settings,
+    `setting` aside; the first experiment of a name wins (DVC lists the newest first)."""
     stage = f"learn@{run}"
-    pattern = re.compile(rf"learn-{re.escape(run)}-{re.escape(setting)}[0-9.e+-]+?{re.escape(suffix)}")
-    points = [("workspace", params["learn"]["runs"][run][setting], committed)] if committed and not measure else []
+    points = [("workspace", params["learn"]["runs"][run][setting], committed)] \
+        if committed and not measure and not hold else []
     params = {**params, "learn": {**params["learn"], **(measure or {})}}
+    entry = {**params["learn"]["runs"][run], **(hold or {}), setting: None}
     seen = set()
     for exp in exps:
-        if not pattern.fullmatch(exp["name"]) or exp["name"] in seen:
+        if not exp["name"].startswith(f"learn-{run}-") or exp["name"] in seen:
             continue
-        if _without_run(exp["params"], run) != _without_run(params, run):
+        exp_entry = exp["params"].get("learn", {}).get("runs", {}).get(run, {})
+        if _without_run(exp["params"], run) != _without_run(params, run) or {**exp_entry, setting: None} != entry:
             continue
         metrics = exp["metrics"].get(f"results/learn/metrics/{run}.json", {}).get(stage)
         if metrics:
@@ -101,6 +109,19 @@ def sweep_rows(run: str, setting: str, exps: list[dict], params: dict[str, Any],
                      "call": verdict(m["change_low"], m["change_high"]), "commit": commit,
                      "_order": m["lr"] if setting == "lr" else m["rollouts"]})
     return sorted(rows, key=lambda r: r["_order"])
+
+
+def parse_hold(item: str, setting: str) -> tuple[str, float | int]:
+    """`steps=24` -> ("steps", 24): a run setting of SETTINGS, other than the swept `setting`, fixed for the sweep;
+    anything else is a ValueError."""
+    key, _, value = item.partition("=")
+    if key not in SETTINGS or key == setting:
+        raise ValueError(f"--hold {item}: one of {', '.join(k for k in SETTINGS if k != setting)} (the run's setting "
+                         "the sweep does not vary)")
+    try:
+        return key, SETTINGS[key](value)
+    except ValueError:
+        raise ValueError(f"--hold {item}: learn.runs.<run>.{key} must be a {SETTINGS[key].__name__}") from None
 
 
 def parse_measure(item: str) -> tuple[str, int]:
@@ -130,6 +151,8 @@ def main() -> None:
     parser.add_argument("--measure", action="append", default=[], metavar="KEY=N",
                         help=f"a measurement setting fixed for every point ({', '.join(MEASUREMENT)}), e.g. "
                              "eval_samples=16")
+    parser.add_argument("--hold", action="append", default=[], metavar="KEY=V",
+                        help="the run's other setting fixed for every point, e.g. steps=24 (an lr sweep at 24 steps)")
     args = parser.parse_args()
     try:
         cfg = load_config(REPO / "params.yaml")
@@ -137,14 +160,15 @@ def main() -> None:
             raise ConfigError(f"learn.runs: no run named {args.run!r} (runs: {', '.join(cfg.learn.runs)})")
         values = [SETTINGS[args.setting](v) for v in args.values]
         measure = dict(parse_measure(item) for item in args.measure)
+        hold = dict(parse_hold(item, args.setting) for item in args.hold)
     except (ConfigError, ValueError) as err:
         sys.exit(f"error: {err}")
     if args.action == "queue":
         if not values:
             sys.exit("error: queue: give the setting's values, e.g. `queue grpo lr 1e-5 3e-5`")
         for value in values:
-            dvc("exp", "run", "--queue", *point_args(args.run, args.setting, value, measure))
-        again = "".join(f" --measure {item}" for item in args.measure)
+            dvc("exp", "run", "--queue", *point_args(args.run, args.setting, value, measure, hold))
+        again = "".join(f" --measure {item}" for item in args.measure) + "".join(f" --hold {i}" for i in args.hold)
         print(f"queued {len(values)} point(s) of learn@{args.run}; run them with `dvc queue start` (one worker), "
               f"then `python scripts/learn_sweep.py table {args.run} {args.setting}{again}`")
         return
@@ -154,7 +178,7 @@ def main() -> None:
     show = json.loads(dvc("exp", "show", "--json", *(a for b in baselines or ["HEAD"] for a in ("--rev", b))))
     metrics_file = REPO / "results" / "learn" / "metrics" / f"{args.run}.json"
     committed = json.loads(metrics_file.read_text()).get(f"learn@{args.run}") if metrics_file.exists() else None
-    rows = sweep_rows(args.run, args.setting, experiments(show), cfg.to_dict(), committed, measure)
+    rows = sweep_rows(args.run, args.setting, experiments(show), cfg.to_dict(), committed, measure, hold)
     notes = ["Each point re-ran only its run's stage (the same held-in tasks, selection and step 0); Change: end "
              "minus step 0 with its paired bootstrap 95% CI over the tasks, called only where it excludes 0.",
              "Commit: the workspace's committed result, or the experiment and the commit it ran on."]
@@ -162,8 +186,11 @@ def main() -> None:
         fixed = ", ".join(f"learn.{k} = {v} (the race's: {getattr(cfg.learn, k)})" for k, v in sorted(measure.items()))
         notes.insert(0, f"Every point, step 0 included, measured with {fixed}; the committed result, measured "
                         "otherwise, is left out.")
+    if hold:
+        fixed = ", ".join(f"{k} = {v:g}" for k, v in sorted(hold.items()))
+        notes.insert(0, f"Every point trained with {fixed}; the committed result, trained otherwise, is left out.")
     table = Table(COLUMNS, [(row["point"], row) for row in rows], notes, digits=3)
-    out = TABLES / f"learning_race_sweep_{args.run}_{args.setting}{measure_suffix(measure).replace('-', '_')}"
+    out = TABLES / f"learning_race_sweep_{args.run}_{args.setting}{fixed_suffix({**measure, **hold}).replace('-', '_')}"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".md").write_text(to_markdown(table, f"Learning race sweep: {args.run}'s {args.setting} "
                                                          f"({cfg.profile} profile, model {cfg.model.name})"))

@@ -28,6 +28,10 @@ from pathlib import Path
 from typing import Any, Iterable
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from lopd.core.vllm_backend import CPU_SAMPLER  # noqa: E402
+
 DEFAULT_OUT = REPO_ROOT / "reports" / "perf" / "default_run_wall_time.json"
 
 
@@ -123,6 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     result = merge_earlier(stage_wall_times(runs, stages), earlier, stages)
     store = uri.replace(str(Path.home()), "~")  # the file is committed: no machine's absolute path in it
     result = {"experiment": experiment, "cpus": os.cpu_count(), "written": datetime.now().isoformat(timespec="seconds"),
+              "sampler": CPU_SAMPLER,  # the CPU engine's, on the code that recorded the run (`make estimate --check`)
               "note": ("every stage's newest finished workspace run" if result["complete"] else
                        f"a lower bound: {len(result['missing'])} stages have no finished run in {store}")
               + (f" (stages marked `from` were measured on other machines: {', '.join(earlier)})" if earlier else ""),

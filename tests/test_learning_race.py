@@ -248,6 +248,37 @@ def test_a_sweep_measured_otherwise_names_its_points_so_and_takes_only_them():
         "GRPO · steps null (its own)", "GRPO · steps 24"]
 
 
+def test_a_sweep_holding_a_run_setting_takes_every_experiment_of_the_run_at_it():
+    sweep = _sweep_module()
+    measure, hold = {"eval_samples": 16}, {"steps": 24}
+    assert sweep.point_args("lopd", "lr", 3e-5, measure, hold) == [
+        "-n", "learn-lopd-lr3e-05-eval_samples16-steps24", "-s", "-S", "learn.runs.lopd.lr=3e-05",
+        "-S", "learn.runs.lopd.steps=24", "-S", "learn.eval_samples=16", "pipelines/learn/dvc.yaml:learn@lopd"]
+    assert sweep.parse_hold("steps=24", "lr") == ("steps", 24) and sweep.parse_hold("lr=1e-5", "steps") == ("lr", 1e-5)
+    for bad, setting in (("steps=24", "steps"), ("seed=1", "lr"), ("steps=x", "lr")):
+        with pytest.raises(ValueError, match=f"--hold {bad}"):
+            sweep.parse_hold(bad, setting)
+    params = resolve({"profile": "cpu"}).to_dict()
+
+    def point(name, lr, steps, change, **entry):
+        p = {**params, "learn": {**params["learn"], **measure, "runs": {**params["learn"]["runs"]}}}
+        p["learn"]["runs"]["lopd"] = {**p["learn"]["runs"]["lopd"], "lr": lr, "steps": steps, **entry}
+        metrics = {"lr": lr or 3e-6, "rollouts": 8 * steps, "start": 0.5, "end": 0.5 + change, "change": change,
+                   "change_low": change - 0.1, "change_high": change + 0.1}
+        return {"name": name, "baseline": "abcdef0123", "params": p,
+                "metrics": {"results/learn/metrics/lopd.json": {"learn@lopd": metrics}}}
+
+    exps = [point("learn-lopd-lr3e-05-eval_samples16-steps24", 3e-5, 24, 0.3),
+            point("learn-lopd-steps24-eval_samples16", None, 24, 0.0),  # the steps sweep's point: its own lr
+            point("learn-lopd-lr1e-05-eval_samples16-steps12", 1e-5, 12, 0.3),  # held otherwise
+            point("learn-lopd-lr1e-05-eval_samples16-steps24", 1e-5, 24, 0.3, seed=1)]  # another seed
+    committed = {"lr": 3e-6, "rollouts": 48, "start": 0.5, "end": 0.5, "change": 0.0, "change_low": -0.2,
+                 "change_high": 0.2}
+    rows = sweep.sweep_rows("lopd", "lr", exps, params, committed, measure, hold)
+    assert [(r["point"], r["rollouts"], r["call"]) for r in rows] == [
+        ("LOPD · lr null (its own)", 192, "no change"), ("LOPD · lr 3e-05", 192, "up")]
+
+
 def test_a_run_takes_the_selections_step_0_only_where_it_was_measured_as_the_run_measures():
     learn = resolve({"profile": "cpu"}).learn
     point = {"step": 0, "val_reward": 0.5}

@@ -21,7 +21,7 @@ from lopd.core import rollout  # noqa: E402
 from lopd.core.config import ConfigError, resolve  # noqa: E402
 from lopd.core.models import load_model  # noqa: E402
 from lopd.core.sampling import ROLLOUT_ATTENTION, HFBackend, SamplingParams  # noqa: E402
-from lopd.core.vllm_backend import CPU_HEAD_SIZES, VLLMBackend, top_k_top_p_cpu  # noqa: E402
+from lopd.core.vllm_backend import CPU_HEAD_SIZES, VLLMBackend, top_k_top_p_cpu, vocabulary_sort_sampler  # noqa: E402
 
 TEXTS = ["Write a function that reverses a string.", "Hi", "Sum the numbers from one to ten, please, in Python.",
          "What is the capital of France? Answer in one word."]
@@ -235,18 +235,18 @@ def test_top_k_top_p_cpu_keeps_what_sorting_the_vocabulary_keeps():
 
 def test_engine_draws_the_tokens_vllms_own_sampler_draws(engine, prompts):
     """The engine's CPU sampler with `top_k_top_p_cpu` draws, seed for seed, what vLLM's vocabulary sort draws
-    (a flat distribution, so that top-p cuts inside the top k)."""
+    (a flat distribution, so that top-p cuts inside the top k); `vocabulary_sort_sampler` gives the engine vLLM's own
+    for its block only."""
     from vllm.v1.sample.ops import topk_topp_sampler as sampler
 
     params = SamplingParams(temperature=3.0, top_p=0.7, top_k=20, max_new_tokens=24)
     ours = engine.generate(prompts, params, seed=5)
     fast = sampler.apply_top_k_top_p
     assert fast.lopd_top_k_first
-    sampler.apply_top_k_top_p = fast.keywords["sort_vocabulary"]
-    try:
+    with vocabulary_sort_sampler():
+        assert sampler.apply_top_k_top_p is fast.keywords["sort_vocabulary"]
         theirs = engine.generate(prompts, params, seed=5)
-    finally:
-        sampler.apply_top_k_top_p = fast
+    assert sampler.apply_top_k_top_p is fast
     assert [c.token_ids for c in ours] == [c.token_ids for c in theirs]
     assert len({t for c in ours for t in c.token_ids}) > 10  # sampled, not greedy
 

@@ -138,6 +138,11 @@ def top_k_top_p_cpu(logits_B_V: torch.Tensor, k_B: torch.Tensor | None, p_B: tor
     return logits_B_V.masked_fill_(logits_B_V < threshold_B_1, float("-inf"))
 
 
+CPU_SAMPLER = "top_k_first"
+"""How measurements and records name the sampler this backend gives vLLM's CPU engine (`top_k_top_p_cpu`); vLLM's
+own is `vocabulary_sort`."""
+
+
 def _use_top_k_top_p_cpu() -> None:
     """Give vLLM's CPU sampler `top_k_top_p_cpu` (its `forward_cpu` calls the module's `apply_top_k_top_p`)."""
     from vllm.v1.sample.ops import topk_topp_sampler as sampler
@@ -146,6 +151,20 @@ def _use_top_k_top_p_cpu() -> None:
         fast = functools.partial(top_k_top_p_cpu, sort_vocabulary=sampler.apply_top_k_top_p)
         fast.lopd_top_k_first = True
         sampler.apply_top_k_top_p = fast
+
+
+@contextlib.contextmanager
+def vocabulary_sort_sampler() -> Iterator[None]:
+    """Within: vLLM's CPU sampler is vLLM's own (the sort over each row's vocabulary), as it was before
+    `top_k_top_p_cpu`: for measuring the two side by side (scripts/bench_cpu.py, scripts/bench_profile_rollouts.py)."""
+    from vllm.v1.sample.ops import topk_topp_sampler as sampler
+
+    top_k_first = sampler.apply_top_k_top_p
+    sampler.apply_top_k_top_p = getattr(top_k_first, "keywords", {}).get("sort_vocabulary", top_k_first)
+    try:
+        yield
+    finally:
+        sampler.apply_top_k_top_p = top_k_first
 
 
 class VLLMBackend:
