@@ -1,5 +1,6 @@
 """A tuning sweep of the learning race (issue: a method that does not learn at its own settings): one DVC experiment
-per value of one setting (lr or steps) of one race run, each re-running that run's stage alone on the held-in tasks
+per value of one setting of one race run (its lr or steps, or a numeric param its stage reads, e.g.
+lopd.composer_lr), each re-running that run's stage alone on the held-in tasks
 (`-s`: the selection and the paper pipeline's stages come from the workspace), then a table of every finished point
 beside the run's committed result.
 
@@ -38,7 +39,9 @@ from lopd.core import registry  # noqa: E402
 from lopd.core.config import ConfigError, load_config  # noqa: E402
 
 SETTINGS = {"lr": float, "steps": int}
-"""The run settings a sweep varies (LearnRun's fields), with their types."""
+"""The run settings (LearnRun's fields), with their types; a sweep varies one of them or a numeric param."""
+STAGE_PARAMS = ("margin", "latent_tokens", "n_ret", "composer", "bank")
+"""Params a race run's stage reads beside its method's own section (pipelines/learn/dvc.yaml) that a sweep may vary."""
 MEASUREMENT = ("eval_samples", "eval_every")
 """The learn settings `--measure` may fix for a whole sweep: how the held-in reward is measured, not what trains."""
 COLUMNS = (("lr", "lr"), ("rollouts", "Rollouts"), ("start", "Held-in, step 0"),
@@ -52,26 +55,44 @@ def fixed_suffix(fixed: dict[str, float | int]) -> str:
     return "".join(f"-{key}{value:g}" for key, value in sorted(fixed.items()))
 
 
+def setting_path(run: str, setting: str) -> str:
+    """The params path a setting changes: a run setting's is in the run's entry; any other names a param itself."""
+    return f"learn.runs.{run}.{setting}" if setting in SETTINGS else setting
+
+
+def short_name(setting: str) -> str:
+    """`lopd.composer_lr` -> `composer_lr`: how experiment and table names spell a setting."""
+    return setting.rsplit(".", 1)[-1]
+
+
 def experiment_name(run: str, setting: str, value: float | int, measure: dict[str, int] | None = None,
                     hold: dict[str, float | int] | None = None) -> str:
     """`learn-grpo-lr3e-05`: the DVC experiment of one sweep point."""
-    return f"learn-{run}-{setting}{value:g}{fixed_suffix({**(measure or {}), **(hold or {})})}"
+    return f"learn-{run}-{short_name(setting)}{value:g}{fixed_suffix({**(measure or {}), **(hold or {})})}"
 
 
 def point_args(run: str, setting: str, value: float | int, measure: dict[str, int] | None = None,
                hold: dict[str, float | int] | None = None) -> list[str]:
     """`dvc exp run` arguments of one sweep point: that run's stage alone, with the one setting changed (and the
     measurement's settings `measure` and the run's settings `hold`, fixed for the whole sweep)."""
-    run_settings = {setting: value, **(hold or {})}
-    args = [arg for key, v in sorted(run_settings.items()) for arg in ("-S", f"learn.runs.{run}.{key}={v!r}")]
-    args += [arg for key, v in sorted((measure or {}).items()) for arg in ("-S", f"learn.{key}={v!r}")]
+    changed = {setting_path(run, setting): value, **{setting_path(run, k): v for k, v in sorted((hold or {}).items())},
+               **{f"learn.{k}": v for k, v in sorted((measure or {}).items())}}
+    args = [arg for path, v in changed.items() for arg in ("-S", f"{path}={v!r}")]
     return ["-n", experiment_name(run, setting, value, measure, hold), "-s", *args,
             f"pipelines/learn/dvc.yaml:learn@{run}"]
 
 
-def _without_run(params: dict[str, Any], run: str) -> dict[str, Any]:
-    runs = {k: v for k, v in params.get("learn", {}).get("runs", {}).items() if k != run}
-    return {**params, "learn": {**params.get("learn", {}), "runs": runs}}
+def param(params: dict[str, Any], path: str) -> Any:
+    """The value at a dotted params path (a KeyError where there is none)."""
+    for key in path.split("."):
+        params = params[key]
+    return params
+
+
+def _blank(params: dict[str, Any], path: str) -> dict[str, Any]:
+    """`params` with the value at `path` set to None (copies along the path; absent keys are added)."""
+    key, _, rest = path.partition(".")
+    return {**params, key: _blank(params.get(key) or {}, rest) if rest else None}
 
 
 def sweep_rows(run: str, setting: str, exps: list[dict], params: dict[str, Any],
@@ -80,25 +101,22 @@ def sweep_rows(run: str, setting: str, exps: list[dict], params: dict[str, Any],
     """The sweep's table rows, ordered by the setting's value: the workspace's committed result of `run` (its
     metrics section, or None; left out under `measure` or `hold`, which measure or train otherwise) and each finished
     experiment (`evaluation.sweeps.experiments`) of `run` (named learn-<run>-...) whose params equal `params` (the
-    workspace's, with `measure`'s learn settings) and whose run entry equals the workspace's with `hold`'s settings,
-    `setting` aside; the first experiment of a name wins (DVC lists the newest first)."""
-    stage = f"learn@{run}"
-    points = [("workspace", params["learn"]["runs"][run][setting], committed)] \
-        if committed and not measure and not hold else []
-    params = {**params, "learn": {**params["learn"], **(measure or {})}}
-    entry = {**params["learn"]["runs"][run], **(hold or {}), setting: None}
+    workspace's, with `measure`'s learn settings and `hold`'s in the run's entry) but for `setting`; the first
+    experiment of a name wins (DVC lists the newest first)."""
+    stage, path = f"learn@{run}", setting_path(run, setting)
+    points = [("workspace", param(params, path), committed)] if committed and not measure and not hold else []
+    runs = {**params["learn"]["runs"], run: {**params["learn"]["runs"][run], **(hold or {})}}
+    expected = _blank({**params, "learn": {**params["learn"], **(measure or {}), "runs": runs}}, path)
     seen = set()
     for exp in exps:
         if not exp["name"].startswith(f"learn-{run}-") or exp["name"] in seen:
             continue
-        exp_entry = exp["params"].get("learn", {}).get("runs", {}).get(run, {})
-        if _without_run(exp["params"], run) != _without_run(params, run) or {**exp_entry, setting: None} != entry:
+        if _blank(exp["params"], path) != expected:
             continue
         metrics = exp["metrics"].get(f"results/learn/metrics/{run}.json", {}).get(stage)
         if metrics:
             seen.add(exp["name"])
-            points.append((f"{exp['name']} ({exp['baseline'][:7]})", exp["params"]["learn"]["runs"][run][setting],
-                           metrics))
+            points.append((f"{exp['name']} ({exp['baseline'][:7]})", param(exp["params"], path), metrics))
     method = registry.label(params["learn"]["runs"][run]["method"])
     rows = []
     for commit, value, m in points:
@@ -107,8 +125,26 @@ def sweep_rows(run: str, setting: str, exps: list[dict], params: dict[str, Any],
                      "rollouts": m["rollouts"], "start": m["start"], "end": m["end"], "change": m["change"],
                      "change_ci": f"[{m['change_low']:+.3f}, {m['change_high']:+.3f}]",
                      "call": verdict(m["change_low"], m["change_high"]), "commit": commit,
-                     "_order": m["lr"] if setting == "lr" else m["rollouts"]})
+                     "_order": {"lr": m["lr"], "steps": m["rollouts"]}.get(setting, value)})
     return sorted(rows, key=lambda r: r["_order"])
+
+
+def setting_type(params: dict[str, Any], run: str, setting: str) -> type:
+    """The type of a setting's values: a run setting's (SETTINGS), or that of the numeric param it names (a
+    ValueError for a param the run's stage does not read or one that is not a number)."""
+    if setting in SETTINGS:
+        return SETTINGS[setting]
+    method = params["learn"]["runs"][run]["method"]
+    if setting.split(".")[0] not in (method, *STAGE_PARAMS):
+        raise ValueError(f"{setting}: a run setting ({', '.join(SETTINGS)}) or a param of the run's stage "
+                         f"({method}.<key>, {', '.join(STAGE_PARAMS)})")
+    try:
+        value = param(params, setting)
+    except (KeyError, TypeError):
+        raise ValueError(f"{setting}: no such param in params.yaml") from None
+    if type(value) not in (int, float):
+        raise ValueError(f"{setting}: a sweep varies a number; params.yaml has {value!r}")
+    return type(value)
 
 
 def parse_hold(item: str, setting: str) -> tuple[str, float | int]:
@@ -146,7 +182,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("action", choices=["queue", "table"])
     parser.add_argument("run", help="a run of learn.runs, e.g. grpo")
-    parser.add_argument("setting", choices=list(SETTINGS))
+    parser.add_argument("setting", help="lr, steps, or a numeric param of the run's stage, e.g. lopd.composer_lr")
     parser.add_argument("values", nargs="*", help="queue: the setting's values, e.g. 1e-5 3e-5")
     parser.add_argument("--measure", action="append", default=[], metavar="KEY=N",
                         help=f"a measurement setting fixed for every point ({', '.join(MEASUREMENT)}), e.g. "
@@ -158,7 +194,8 @@ def main() -> None:
         cfg = load_config(REPO / "params.yaml")
         if args.run not in cfg.learn.runs:
             raise ConfigError(f"learn.runs: no run named {args.run!r} (runs: {', '.join(cfg.learn.runs)})")
-        values = [SETTINGS[args.setting](v) for v in args.values]
+        kind = setting_type(cfg.to_dict(), args.run, args.setting)
+        values = [kind(v) for v in args.values]
         measure = dict(parse_measure(item) for item in args.measure)
         hold = dict(parse_hold(item, args.setting) for item in args.hold)
     except (ConfigError, ValueError) as err:
@@ -190,7 +227,8 @@ def main() -> None:
         fixed = ", ".join(f"{k} = {v:g}" for k, v in sorted(hold.items()))
         notes.insert(0, f"Every point trained with {fixed}; the committed result, trained otherwise, is left out.")
     table = Table(COLUMNS, [(row["point"], row) for row in rows], notes, digits=3)
-    out = TABLES / f"learning_race_sweep_{args.run}_{args.setting}{fixed_suffix({**measure, **hold}).replace('-', '_')}"
+    suffix = fixed_suffix({**measure, **hold}).replace("-", "_")
+    out = TABLES / f"learning_race_sweep_{args.run}_{short_name(args.setting)}{suffix}"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".md").write_text(to_markdown(table, f"Learning race sweep: {args.run}'s {args.setting} "
                                                          f"({cfg.profile} profile, model {cfg.model.name})"))

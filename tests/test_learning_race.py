@@ -279,6 +279,37 @@ def test_a_sweep_holding_a_run_setting_takes_every_experiment_of_the_run_at_it()
         ("LOPD · lr null (its own)", 192, "no change"), ("LOPD · lr 3e-05", 192, "up")]
 
 
+def test_a_sweep_of_a_param_of_the_runs_stage_changes_that_param_only():
+    sweep = _sweep_module()
+    params = resolve({"profile": "cpu"}).to_dict()
+    hold = {"steps": 24}
+    assert sweep.point_args("lopd", "lopd.composer_lr", 1e-4, None, hold) == [
+        "-n", "learn-lopd-composer_lr0.0001-steps24", "-s", "-S", "lopd.composer_lr=0.0001",
+        "-S", "learn.runs.lopd.steps=24", "pipelines/learn/dvc.yaml:learn@lopd"]
+    assert sweep.setting_type(params, "lopd", "lopd.composer_lr") is float
+    assert sweep.setting_type(params, "lopd", "margin") is float and sweep.setting_type(params, "grpo", "lr") is float
+    for bad, match in (("sdpo.ema_rate", "a param of the run's stage"), ("lopd.nothing", "no such param"),
+                       ("lopd.train_composer", "a sweep varies a number")):
+        with pytest.raises(ValueError, match=match):
+            sweep.setting_type(params, "lopd", bad)
+
+    def point(name, composer_lr, steps=24, **elsewhere):
+        p = {**params, **elsewhere, "lopd": {**params["lopd"], "composer_lr": composer_lr},
+             "learn": {**params["learn"], "runs": {**params["learn"]["runs"]}}}
+        p["learn"]["runs"]["lopd"] = {**p["learn"]["runs"]["lopd"], "steps": steps}
+        metrics = {"lr": 3e-6, "rollouts": 8 * steps, "start": 0.5, "end": 0.8, "change": 0.3, "change_low": 0.1,
+                   "change_high": 0.5}
+        return {"name": name, "baseline": "abcdef0123", "params": p,
+                "metrics": {"results/learn/metrics/lopd.json": {"learn@lopd": metrics}}}
+
+    exps = [point("learn-lopd-composer_lr0.0001-steps24", 1e-4),
+            point("learn-lopd-steps24", 1e-5),  # the run's own composer lr, at 24 steps
+            point("learn-lopd-composer_lr0.001-steps24", 1e-3, margin=0.1),  # another param changed too
+            point("learn-lopd-composer_lr0.001-steps12", 1e-3, steps=12)]  # held otherwise
+    rows = sweep.sweep_rows("lopd", "lopd.composer_lr", exps, params, None, None, hold)
+    assert [r["point"] for r in rows] == ["LOPD · lopd.composer_lr 1e-05", "LOPD · lopd.composer_lr 0.0001"]
+
+
 def test_a_run_takes_the_selections_step_0_only_where_it_was_measured_as_the_run_measures():
     learn = resolve({"profile": "cpu"}).learn
     point = {"step": 0, "val_reward": 0.5}
