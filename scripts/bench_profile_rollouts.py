@@ -14,7 +14,7 @@ profile's budget, which the engines' token rates (rollout.json, gpu.json) do not
 On a CPU engine every part is measured twice in the run, side by side: with the backend's sampler (`top_k_first`,
 `top_k_top_p_cpu`) and, under `vocabulary_sort`, with vLLM's own, which runs recorded before it sampled with
 (`make estimate --check` compares such a run with the rates it sampled at). The two draw the same tokens.
-Run: python scripts/bench_profile_rollouts.py [--profile cpu] [--eval-tasks 64]  (12 minutes on 2 cores)
+Run: python scripts/bench_profile_rollouts.py [--profile cpu] [--eval-tasks 64]  (15 minutes on 2 cores)
 """
 
 from __future__ import annotations
