@@ -13,7 +13,8 @@ Each records its wall time, sampled tokens and mean completion length: what a ro
 profile's budget, which the engines' token rates (rollout.json, gpu.json) do not say.
 On a CPU engine every part is measured twice in the run, side by side: with the backend's sampler (`top_k_first`,
 `top_k_top_p_cpu`) and, under `vocabulary_sort`, with vLLM's own, which runs recorded before it sampled with
-(`make estimate --check` compares such a run with the rates it sampled at). The two draw the same tokens.
+(`make estimate --check` compares such a run with the rates it sampled at). `same_sampled_tokens`: each part
+sampled as many tokens with both (the tokens themselves are compared in tests/test_vllm_backend.py).
 Run: python scripts/bench_profile_rollouts.py [--profile cpu] [--eval-tasks 64]  (15 minutes on 2 cores)
 """
 

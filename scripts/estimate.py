@@ -132,7 +132,7 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
                  "(python scripts/bench_lopd_step.py)")
     model = model or "qwen2.5-coder-0.5b"  # on a GPU only its passes' ratios to the student's are used
     entry = profiles.get(cfg.profile) or profiles["cpu"]  # rates of the engine on this CPU
-    base, used = sampled_parts(entry, sampler), sampler or entry.get("sampler", UNNAMED_SAMPLER)
+    base, used = sampled_parts(entry, sampler), sampler or entry.get("sampler")  # an engine on CUDA names none
     evals = {b: e for b, e in base["eval"].items() if isinstance(e, dict)}
     step = step_file["models"][model]["step"]
     tokens, passes = step["action_tokens"], step["passes_s"]
@@ -152,7 +152,7 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
         optimizer_s=max(0.0, step["grpo_update_s"] - passes["student"]),
         agentic_update_s={kind: agentic["variants"][f"{kind}:on"]["update_s"] / played for kind in ("grpo", "lopd")},
         startup_s=sum(startup["imports_s"].values()) / len(startup["imports_s"]) + startup["mlflow_s"],
-        sources={"sampling": f"profile_rollouts.json ({entry['backend']}{', sampler ' + used}, "
+        sources={"sampling": f"profile_rollouts.json ({entry['backend']}{', sampler ' + used if used else ''}, "
                              f"{entry['model']}, profile {entry['profile']})",
                  "updates": f"lopd_step.json and agentic_update.json ({model})",
                  "start-up": "stage_startup.json"})
