@@ -1,6 +1,6 @@
 """A tuning sweep of the learning race (issue: a method that does not learn at its own settings): one DVC experiment
-per value of one setting of one race run (its lr or steps, or a numeric param its stage reads, e.g.
-lopd.composer_lr), each re-running that run's stage alone on the held-in tasks
+per value of one setting of one race run (its lr or steps, or a numeric or true/false param its stage reads, e.g.
+lopd.composer_lr or bank.self_retrieval), each re-running that run's stage alone on the held-in tasks
 (`-s`: the selection and the paper pipeline's stages come from the workspace), then a table of every finished point
 beside the run's committed result.
 
@@ -17,6 +17,10 @@ committed result, measured otherwise. Only the measurement's settings may change
 tasks come from the workspace's selection. `--hold steps=24` fixes the run's other setting for every point (an lr
 sweep at 24 steps: learn-lopd-lr3e-05-steps24); its table takes any finished experiment of the run at those settings,
 so the steps sweep's point at 24 steps is the lr sweep's point at the run's own lr.
+
+A param of a stage upstream of the race (`bank.*`, `composer.*`) changes only what the race's run reads of it: with
+`-s` the bank and the cold-start composer stay the workspace's (dvc.lock says so), so `learn_sweep.py queue lopd
+bank.self_retrieval true` lets LOPD's teacher retrieve the task's own bank entries during the race, from the same φ0.
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ from lopd.core import registry  # noqa: E402
 from lopd.core.config import ConfigError, load_config  # noqa: E402
 
 SETTINGS = {"lr": float, "steps": int}
-"""The run settings (LearnRun's fields), with their types; a sweep varies one of them or a numeric param."""
+"""The run settings (LearnRun's fields), with their types; a sweep varies one of them or a numeric or true/false
+param."""
 STAGE_PARAMS = ("margin", "latent_tokens", "n_ret", "composer", "bank")
 """Params a race run's stage reads beside its method's own section (pipelines/learn/dvc.yaml) that a sweep may vary."""
 MEASUREMENT = ("eval_samples", "eval_every")
@@ -60,6 +65,24 @@ def setting_path(run: str, setting: str) -> str:
     return f"learn.runs.{run}.{setting}" if setting in SETTINGS else setting
 
 
+def spelled(value: float | int | bool) -> str:
+    """How names, `-S` overrides and tables write a setting's value: `3e-05`, `24`, `true`."""
+    return str(value).lower() if isinstance(value, bool) else f"{value:g}"
+
+
+def parse_value(kind: type, text: str) -> float | int | bool:
+    """A value of a setting of type `kind` from the command line (`true` or `false` for a switch); a ValueError
+    names it."""
+    if kind is bool:
+        if text not in ("true", "false"):
+            raise ValueError(f"{text}: a true/false setting takes true or false")
+        return text == "true"
+    try:
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"{text}: the setting takes a {kind.__name__}") from None
+
+
 def short_name(setting: str) -> str:
     """`lopd.composer_lr` -> `composer_lr`: how experiment and table names spell a setting."""
     return setting.rsplit(".", 1)[-1]
@@ -68,7 +91,7 @@ def short_name(setting: str) -> str:
 def experiment_name(run: str, setting: str, value: float | int, measure: dict[str, int] | None = None,
                     hold: dict[str, float | int] | None = None) -> str:
     """`learn-grpo-lr3e-05`: the DVC experiment of one sweep point."""
-    return f"learn-{run}-{short_name(setting)}{value:g}{fixed_suffix({**(measure or {}), **(hold or {})})}"
+    return f"learn-{run}-{short_name(setting)}{spelled(value)}{fixed_suffix({**(measure or {}), **(hold or {})})}"
 
 
 def point_args(run: str, setting: str, value: float | int, measure: dict[str, int] | None = None,
@@ -77,7 +100,8 @@ def point_args(run: str, setting: str, value: float | int, measure: dict[str, in
     measurement's settings `measure` and the run's settings `hold`, fixed for the whole sweep)."""
     changed = {setting_path(run, setting): value, **{setting_path(run, k): v for k, v in sorted((hold or {}).items())},
                **{f"learn.{k}": v for k, v in sorted((measure or {}).items())}}
-    args = [arg for path, v in changed.items() for arg in ("-S", f"{path}={v!r}")]
+    args = [arg for path, v in changed.items()
+            for arg in ("-S", f"{path}={spelled(v) if isinstance(v, bool) else repr(v)}")]
     return ["-n", experiment_name(run, setting, value, measure, hold), "-s", *args,
             f"pipelines/learn/dvc.yaml:learn@{run}"]
 
@@ -120,7 +144,7 @@ def sweep_rows(run: str, setting: str, exps: list[dict], params: dict[str, Any],
     method = registry.label(params["learn"]["runs"][run]["method"])
     rows = []
     for commit, value, m in points:
-        rows.append({"point": f"{method} · {setting} {'null (its own)' if value is None else f'{value:g}'}",
+        rows.append({"point": f"{method} · {setting} {'null (its own)' if value is None else spelled(value)}",
                      "lr": f"{m['lr']:g}",
                      "rollouts": m["rollouts"], "start": m["start"], "end": m["end"], "change": m["change"],
                      "change_ci": f"[{m['change_low']:+.3f}, {m['change_high']:+.3f}]",
@@ -130,8 +154,8 @@ def sweep_rows(run: str, setting: str, exps: list[dict], params: dict[str, Any],
 
 
 def setting_type(params: dict[str, Any], run: str, setting: str) -> type:
-    """The type of a setting's values: a run setting's (SETTINGS), or that of the numeric param it names (a
-    ValueError for a param the run's stage does not read or one that is not a number)."""
+    """The type of a setting's values: a run setting's (SETTINGS), or that of the numeric or true/false param it names
+    (a ValueError for a param the run's stage does not read or one of another kind)."""
     if setting in SETTINGS:
         return SETTINGS[setting]
     method = params["learn"]["runs"][run]["method"]
@@ -142,8 +166,8 @@ def setting_type(params: dict[str, Any], run: str, setting: str) -> type:
         value = param(params, setting)
     except (KeyError, TypeError):
         raise ValueError(f"{setting}: no such param in params.yaml") from None
-    if type(value) not in (int, float):
-        raise ValueError(f"{setting}: a sweep varies a number; params.yaml has {value!r}")
+    if type(value) not in (int, float, bool):
+        raise ValueError(f"{setting}: a sweep varies a number or a true/false switch; params.yaml has {value!r}")
     return type(value)
 
 
@@ -182,8 +206,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("action", choices=["queue", "table"])
     parser.add_argument("run", help="a run of learn.runs, e.g. grpo")
-    parser.add_argument("setting", help="lr, steps, or a numeric param of the run's stage, e.g. lopd.composer_lr")
-    parser.add_argument("values", nargs="*", help="queue: the setting's values, e.g. 1e-5 3e-5")
+    parser.add_argument("setting", help="lr, steps, or a numeric or true/false param of the run's stage, e.g. "
+                                        "lopd.composer_lr")
+    parser.add_argument("values", nargs="*", help="queue: the setting's values, e.g. 1e-5 3e-5 (or true, false)")
     parser.add_argument("--measure", action="append", default=[], metavar="KEY=N",
                         help=f"a measurement setting fixed for every point ({', '.join(MEASUREMENT)}), e.g. "
                              "eval_samples=16")
@@ -195,7 +220,7 @@ def main() -> None:
         if args.run not in cfg.learn.runs:
             raise ConfigError(f"learn.runs: no run named {args.run!r} (runs: {', '.join(cfg.learn.runs)})")
         kind = setting_type(cfg.to_dict(), args.run, args.setting)
-        values = [kind(v) for v in args.values]
+        values = [parse_value(kind, v) for v in args.values]
         measure = dict(parse_measure(item) for item in args.measure)
         hold = dict(parse_hold(item, args.setting) for item in args.hold)
     except (ConfigError, ValueError) as err:

@@ -289,9 +289,19 @@ def test_a_sweep_of_a_param_of_the_runs_stage_changes_that_param_only():
     assert sweep.setting_type(params, "lopd", "lopd.composer_lr") is float
     assert sweep.setting_type(params, "lopd", "margin") is float and sweep.setting_type(params, "grpo", "lr") is float
     for bad, match in (("sdpo.ema_rate", "a param of the run's stage"), ("lopd.nothing", "no such param"),
-                       ("lopd.train_composer", "a sweep varies a number")):
+                       ("bank.embedder", "a sweep varies a number or a true/false switch")):
         with pytest.raises(ValueError, match=match):
             sweep.setting_type(params, "lopd", bad)
+    # a switch: written true/false in its name and override, parsed from exactly those words
+    assert sweep.setting_type(params, "lopd", "bank.self_retrieval") is bool
+    assert sweep.point_args("lopd", "bank.self_retrieval", True, None, hold) == [
+        "-n", "learn-lopd-self_retrievaltrue-steps24", "-s", "-S", "bank.self_retrieval=true",
+        "-S", "learn.runs.lopd.steps=24", "pipelines/learn/dvc.yaml:learn@lopd"]
+    assert [sweep.parse_value(bool, w) for w in ("true", "false")] == [True, False]
+    assert sweep.parse_value(float, "1e-4") == 1e-4 and sweep.parse_value(int, "24") == 24
+    for kind, bad in ((bool, "True"), (bool, "1"), (int, "2.5"), (float, "x")):
+        with pytest.raises(ValueError, match=f"^{bad}: "):
+            sweep.parse_value(kind, bad)
 
     def point(name, composer_lr, steps=24, **elsewhere):
         p = {**params, **elsewhere, "lopd": {**params["lopd"], "composer_lr": composer_lr},
@@ -308,6 +318,11 @@ def test_a_sweep_of_a_param_of_the_runs_stage_changes_that_param_only():
             point("learn-lopd-composer_lr0.001-steps12", 1e-3, steps=12)]  # held otherwise
     rows = sweep.sweep_rows("lopd", "lopd.composer_lr", exps, params, None, None, hold)
     assert [r["point"] for r in rows] == ["LOPD · lopd.composer_lr 1e-05", "LOPD · lopd.composer_lr 0.0001"]
+
+    switched = {**exps[1], "name": "learn-lopd-self_retrievaltrue-steps24",
+                "params": {**exps[1]["params"], "bank": {**params["bank"], "self_retrieval": True}}}
+    rows = sweep.sweep_rows("lopd", "bank.self_retrieval", [switched, *exps], params, None, None, hold)
+    assert [r["point"] for r in rows] == ["LOPD · bank.self_retrieval false", "LOPD · bank.self_retrieval true"]
 
 
 def test_a_run_takes_the_selections_step_0_only_where_it_was_measured_as_the_run_measures():
