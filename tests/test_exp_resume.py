@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import yaml
+from pyfork import stage_python
 
 from lopd.core.config import REPO_ROOT
 
@@ -76,7 +77,10 @@ def _repo(path, base, env):
 
 
 def test_a_killed_dvc_exp_run_resumes_in_the_workspace_and_in_the_queue(tmp_path, tiny_model_dir):
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONPATH": str(REPO_ROOT),
+    # the stage's `python` is a forked child of a server that imported torch once (tests/pyfork.py; MLflow is off)
+    forked = stage_python(tmp_path / "bin")
+    env = {**os.environ, "PATH": f"{forked}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "PYTHONPATH": str(REPO_ROOT),
            "LOPD_MLFLOW_URI": "off", "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
     repo = _repo(tmp_path / "repo", tiny_model_dir, env)

