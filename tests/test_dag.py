@@ -125,6 +125,13 @@ def _graph() -> dict[str, tuple[set[str], set[str], set[str]]]:
     # a baseline's knob re-runs that baseline only, in both domains and in the race, and the reports over them
     ("sdpo.ema_rate", {"train@sdpo", "eval@sdpo", "train_agentic@sdpo", "eval_agentic@sdpo", "report",
                        "pipelines/learn/dvc.yaml:learn@sdpo", "pipelines/learn/dvc.yaml:learn_report"}),
+    # an LOPD knob (`dvc exp run -S margin=0.02`) re-runs LOPD in both domains, what reads its composer, the report,
+    # and every race run: the race's runs share one params list (pipelines/learn/dvc.yaml's foreach)
+    ("margin", {"train_lopd", "eval@lopd", "eval_base_composer", "latent_decode", "train_lopd_agentic",
+                "eval_agentic@lopd", "eval_agentic_base_composer", "report", "pipelines/learn/dvc.yaml:learn_report",
+                *(f"pipelines/learn/dvc.yaml:learn@{run}" for run in ("grpo", "grpo_lr0", "grpo_negated", "grpo_seed1",
+                                                                       "lopd", "lopd_seed1", "opsd", "sdft", "sdpo",
+                                                                       "skill_sd"))}),
 ])
 def test_changing_a_param_re_runs_exactly_its_branch(param: str, branch: set[str]):
     graph = _graph()

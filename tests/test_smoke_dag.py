@@ -1,7 +1,9 @@
 """End to end on a copy of the repository: a fresh clone dry-runs; `dvc exp run -S profile=smoke` produces the tables,
-metrics DVC can show and plots; a queued ablation re-runs exactly the branch it changes and logs one MLflow parent run
-per experiment; a DVC remote restores the results in a new clone; a code change marks the right stages;
-`-S launch.processes=2` runs the evaluations on two processes (training on two: tests/test_multiprocess.py)."""
+metrics DVC can show and plots; a Fig. 3 point queued as scripts/sweep.py queues it re-runs exactly its stage, logs one
+MLflow parent run and is drawn; a DVC remote restores the results in a new clone; a code change marks the right
+stages; `-S launch.processes=2` runs the evaluations on two processes (training on two: tests/test_multiprocess.py)
+and the report adds the stages DVC did not re-run to its MLflow parent. Which stages a param re-runs is DVC's own
+view of both dvc.yaml files (tests/test_dag.py)."""
 
 import csv
 import json
@@ -25,23 +27,22 @@ IGNORE = shutil.ignore_patterns(".venv", ".git", "models", "checkpoints", "bank"
                                 "__pycache__", ".pytest_cache", ".hypothesis")
 
 
-# One baseline and one code benchmark keep the suite inside its time budget (each DVC stage costs ~7 s of start-up
-# here): SDPO, a trained baseline with a teacher, on HumanEval+. Every stage kind, both domains and both ablation
-# paths are still covered; each baseline trains in tests/test_baselines.py, vanilla's base-model checkpoint is
-# evaluated in tests/test_pipelines_cli.py, MBPP+ is scored in tests/test_evalplus_bench.py. `dvc exp run -S
-# profile=smoke` itself runs all seven methods on both benchmarks.
+# One baseline and one code benchmark keep the suite inside its time budget (each DVC stage costs seconds of start-up
+# here): SDPO, a trained baseline with a teacher, on HumanEval+. Every stage kind and both domains are still covered;
+# each baseline trains in tests/test_baselines.py, vanilla's base-model checkpoint is evaluated in
+# tests/test_pipelines_cli.py, MBPP+ is scored in tests/test_evalplus_bench.py. `dvc exp run -S profile=smoke` itself
+# runs all seven methods on both benchmarks.
 BASELINES = ["sdpo"]
 ROWS = ["SDPO", "LOPD"]
 BASE_COMPOSER = {"eval_base_composer", "eval_agentic_base_composer"}
 """Table 3's Base + Composer: the base model with LOPD's composer, so on the LOPD branch."""
-LOPD_BRANCH = {"train_lopd", "eval@lopd", "train_lopd_agentic",
-               "eval_agentic@lopd", "latent_decode", *BASE_COMPOSER, "report"}
 AGENTIC_SUITES = ("envscaler", "bfcl_base", "bfcl_miss_func", "bfcl_miss_param", "bfcl_long_context",
                   "acebench_multi_step", "acebench_multi_turn")
 MARGIN_EXP = "fig3-m_0.02"  # named as scripts/sweep.py names Fig. 3's m = 0.02 point, so the figure collects it
-SWEEP = {MARGIN_EXP: (["-S", "margin=0.02"], LOPD_BRANCH)}
-"""The queued experiments, each with the branch it must re-run exactly: an LOPD ablation (a baseline ablation's branch,
-from DVC's own view of both dvc.yaml files: tests/test_dag.py)."""
+SWEEP = {MARGIN_EXP: (["train_lopd", "-S", "margin=0.02"], {"train_lopd"})}
+"""The queued experiments, each with the stages it must re-run exactly: Fig. 3's m = 0.02 point in the code domain,
+its target stage and override as `scripts/sweep.py queue fig3` gives them (the branch a plain `dvc exp run -S
+margin=0.02` re-runs: tests/test_dag.py)."""
 
 
 def _run(cmd, cwd, env):
@@ -74,8 +75,8 @@ def test_the_queued_ablation_is_the_point_fig3_collects():
     from evaluation import sweeps
 
     points = {sweeps.experiment_name("fig3", label): point for label, point in sweeps.SWEEPS["fig3"].points.items()}
-    (overrides, _), = SWEEP.values()
-    assert overrides == ["-S", f"margin={points[MARGIN_EXP]['margin']}"]
+    (args, _), = SWEEP.values()
+    assert args == [sweeps.TARGET_STAGE["code"], *sweeps.overrides(points[MARGIN_EXP], "fig3", "smoke")]
 
 
 def test_the_smoke_overrides_compose_into_the_config_the_dag_test_expects(tmp_path):
@@ -172,8 +173,8 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     kept = _run(["dvc", "exp", "show", "--drop", ".*", "--keep", "margin", "--csv"], repo, env).splitlines()
     assert kept[0].split(",")[-1] == "margin", kept[0]
 
-    # a queued sweep, started from committed results as a user would: each experiment re-runs exactly its branch,
-    # in a temporary copy, and is one MLflow parent run whose children are named as its stages
+    # a queued Fig. 3 point, started from committed results as a user would: it re-runs exactly its stage, in a
+    # temporary copy, and is one MLflow parent run whose child is named as its stage
     _run(["git", "add", "-A"], repo, env)
     _run(["git", "commit", "-qm", "smoke results"], repo, env)
     for name, (point, _) in SWEEP.items():
@@ -194,42 +195,20 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     beta = {name: ran[name]["metrics"]["metrics/train/lopd.json"]["data"]["train_lopd"]["beta_final"] for name in SWEEP}
     committed = json.loads((repo / "metrics" / "train" / "lopd.json").read_text())["train_lopd"]["beta_final"]
     assert beta[MARGIN_EXP] != committed, beta  # the margin changes the dual variable's path (the workspace: 0.05)
-    # MLflow: each experiment is one parent run with the params it changed and every stage's summary (the cached
-    # ones from the report); its children carry the experiment's name and the exact stage
+    # MLflow: the experiment is one parent run with the params it changed and its stage's summary; its child carries
+    # the experiment's name and the exact stage
     client = mlflow.MlflowClient(f"sqlite:///{store}")
     runs = client.search_runs([client.get_experiment_by_name("lopd-suite-smoke").experiment_id])
     parents = {r.info.run_name: r for r in runs if "mlflow.parentRunId" not in r.data.tags}
     assert set(parents) == set(SWEEP) and all(r.info.status == "FINISHED" for r in parents.values()), parents
     assert parents[MARGIN_EXP].data.params["margin"] == "0.02" and parents[MARGIN_EXP].data.params["profile"] == "smoke"
-    stages = set(_run(["dvc", "stage", "list", "--name-only"], repo, env).split())
     for name, (_, branch) in SWEEP.items():
         children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[name].info.run_id]
         assert {r.data.tags["dvc.stage"] for r in children} == branch
         assert all(r.data.tags["dvc.experiment"] == name and r.info.run_name == f"{r.data.tags['dvc.stage']} · {name}"
                    for r in children)
-        summarised = {key.split(".")[0].replace("_at_", "@") for key in parents[name].data.metrics}
-        assert summarised == stages, stages ^ summarised
-        cached = set(parents[name].data.tags["lopd.cached_stages"].split(", "))
-        assert cached == stages - branch, cached
     margin_parent = parents[MARGIN_EXP].data.metrics
     assert margin_parent["train_lopd.beta_final"] == beta[MARGIN_EXP], margin_parent
-    # the figures script collects the experiment as Fig. 3's m = 0.02 point, names the points not run yet, and adds
-    # the files to the newest `report` run, which has Fig. 4 already
-    drawn = _run([sys.executable, "scripts/sweep.py", "draw", "fig3"], repo,
-                 {**env, "LOPD_MLFLOW_URI": f"sqlite:///{store}"})
-    assert "fig3: not run yet: fig3-frozen_phi0" in drawn, drawn
-    fig3 = list(csv.DictReader((repo / "reports" / "figures" / "fig3.csv").open()))
-    assert {r["point"]: r["status"] for r in fig3}["m=0.02"] == "ok" and sum(r["status"] == "ok" for r in fig3) == 1
-    point = next(r for r in fig3 if r["point"] == "m=0.02")
-    lopd_metrics = ran[MARGIN_EXP]["metrics"]["metrics/train/lopd.json"]["data"]["train_lopd"]
-    assert float(point["value"]) == lopd_metrics["val_reward_final"] and int(point["n"]) == lopd_metrics["val_n"]
-    for name in ("fig3.png", "fig3.pdf"):
-        assert (repo / "reports" / "figures" / name).stat().st_size > 0, name
-    report = client.search_runs([runs[0].info.experiment_id], "tags.`dvc.stage` = 'report'",
-                                order_by=["attributes.start_time DESC"], max_results=1)[0]
-    assert "fig3.png" in {a.path for a in client.list_artifacts(report.info.run_id)}
-    assert {"reports/figures/fig4.png", "reports/figures/fig4.csv"} <= {  # a stage's files under their own paths
-        a.path for a in client.list_artifacts(report.info.run_id, "reports/figures")}
 
     # a DVC remote holds the results: a new clone pulls them and is up to date without running anything
     _run(["dvc", "remote", "add", "-d", "store", str(tmp_path / "remote")], repo, env)
@@ -255,30 +234,51 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     # run once (two agentic tasks a step: the smoke profile's one cannot be shared). Training on two processes (every
     # method, DDP and FSDP2, its metrics and MLflow run once) and the bank's and cold start's splits run in
     # tests/test_multiprocess.py, a one-process stage's note in tests/test_launch.py: each stage costs ~20 s here.
-    store = tmp_path / "mlflow-two-processes.db"
+    # The report runs after them (one process): it adds the summaries of the stages DVC did not re-run to the
+    # experiment's MLflow parent, so the parent of every experiment holds every stage's numbers (MLflow Compare).
     split = ["eval@lopd", "eval_agentic@sdpo"]
     proc = subprocess.run(["dvc", "exp", "run", "-s", *smoke, "-S", "agentic.rollouts_per_step=8",
-                           "-S", "launch.processes=2", *split], cwd=repo,
+                           "-S", "launch.processes=2", *split, "report"], cwd=repo,
                           env={**env, "LOPD_MLFLOW_URI": f"sqlite:///{store}"}, capture_output=True, text=True,
                           timeout=1500)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
-    assert re.findall(r"Running stage '([^']+)'", log) == split, log[-3000:]
+    assert re.findall(r"Running stage '([^']+)'", log) == [*split, "report"], log[-3000:]
     evaluated = json.loads((repo / "results" / "eval" / "lopd" / "humaneval_plus.json").read_text())
     assert evaluated["summary"]["n_tasks"] == len(evaluated["per_task"]) == 4  # both processes' shares gathered
     agentic = json.loads((repo / "metrics" / "agentic" / "eval" / "sdpo.json").read_text())["eval_agentic@sdpo"]
     assert all(agentic[name]["n_tasks"] == 1 for name in AGENTIC_SUITES), agentic  # each suite's task, played once
-    client = mlflow.MlflowClient(f"sqlite:///{store}")
     runs = client.search_runs([client.get_experiment_by_name("lopd-suite-smoke").experiment_id])
-    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    assert sorted(r.data.tags["dvc.stage"] for r in children) == sorted(split)  # one run a stage, not one a process
-    assert all(r.data.params["launch.processes"] == "2" for r in children)
-    assert {r.data.tags["lopd.processes"] for r in children} == {"2"}
     # run unnamed, it is named after what it changed: in MLflow at once, and in DVC by `make exps`, which compares
     # the two experiments with the committed run of their profile, what differs only, in a 200-column terminal
-    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags and r.info.run_name not in SWEEP]
     readable = "agentic.rollouts_per_step-8_launch.processes-2"
     assert parent.info.run_name == readable and parent.data.params["launch.processes"] == "2", parent.info.run_name
+    children = {r.data.tags["dvc.stage"]: r for r in runs
+                if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
+    assert sorted(children) == sorted([*split, "report"])  # one run a stage, not one a process
+    assert all(children[name].data.params["launch.processes"] == "2" for name in split)
+    assert {children[name].data.tags["lopd.processes"] for name in split} == {"2"}
+    stages = set(_run(["dvc", "stage", "list", "--name-only"], repo, env).split())
+    summarised = {key.split(".")[0].replace("_at_", "@") for key in parent.data.metrics}
+    assert summarised == stages, stages ^ summarised
+    assert set(parent.data.tags["lopd.cached_stages"].split(", ")) == stages - {*split, "report"}
+    # the figures script collects the queued experiment as Fig. 3's m = 0.02 point, names the points not run yet, and
+    # adds the files to the newest `report` run, which has Fig. 4 already
+    drawn = _run([sys.executable, "scripts/sweep.py", "draw", "fig3"], repo,
+                 {**env, "LOPD_MLFLOW_URI": f"sqlite:///{store}"})
+    assert "fig3: not run yet: fig3-frozen_phi0" in drawn, drawn
+    fig3 = list(csv.DictReader((repo / "reports" / "figures" / "fig3.csv").open()))
+    assert {r["point"]: r["status"] for r in fig3}["m=0.02"] == "ok" and sum(r["status"] == "ok" for r in fig3) == 1
+    point = next(r for r in fig3 if r["point"] == "m=0.02")
+    lopd_metrics = ran[MARGIN_EXP]["metrics"]["metrics/train/lopd.json"]["data"]["train_lopd"]
+    assert float(point["value"]) == lopd_metrics["val_reward_final"] and int(point["n"]) == lopd_metrics["val_n"]
+    for name in ("fig3.png", "fig3.pdf"):
+        assert (repo / "reports" / "figures" / name).stat().st_size > 0, name
+    report = children["report"]
+    assert "fig3.png" in {a.path for a in client.list_artifacts(report.info.run_id)}
+    assert {"reports/figures/fig4.png", "reports/figures/fig4.csv"} <= {  # a stage's files under their own paths
+        a.path for a in client.list_artifacts(report.info.run_id, "reports/figures")}
     view = _run([sys.executable, "scripts/compare.py", "--dvc"], repo, {**env, "COLUMNS": "200"})
     assert re.search(rf"renamed experiment [a-z]{{5}}-[a-z]{{4}} -> {readable}", view), view
     lines = {line.split()[0]: line.split()[1:] for line in view.splitlines() if line.strip()}
