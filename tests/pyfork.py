@@ -7,11 +7,11 @@ exception's traceback and 1). What a real process does differently is only that 
 environment was set; a test that needs the interpreter itself (signals, launchers, import-time settings) uses
 subprocess.
 
-`stage_python(folder)`: a `python` executable for a DVC pipeline's stages (put first on PATH), each a forked child of
-a server of its own that holds the caller's stdin, stdout and stderr, ends as the interpreter would (a signal
-included) and passes SIGINT and SIGTERM on; an exec of the interpreter itself (`pipelines.launch` starting its stage)
-goes on in the child. Its stages' ancestors are the server's, not DVC's, so `lopd.core.tracking` cannot find their
-invocation: only for runs with MLflow off."""
+`stage_python(folder)`: a `python` executable for a DVC pipeline's stages (put first on PATH). Each call is a forked
+child of a server of its own: the child has the caller's own stdin, stdout and stderr, ends as the interpreter would
+(of a signal too), gets the SIGINT and SIGTERM the caller gets, and runs an exec of the interpreter itself
+(`pipelines.launch` starting its stage) in place. Its ancestors are the server's, not DVC's, so `lopd.core.tracking`
+cannot find its invocation: only for runs with MLflow off."""
 
 from __future__ import annotations
 
