@@ -80,7 +80,7 @@ def main() -> None:
     stage = stage_name("build_bank", args.domain)
     with Tracker(cfg, stage) as tracker, training_domain(cfg, args.domain) as (tasks, collect, source, _):
         start = time.perf_counter()
-        sampled = tasks[:cfg.agentic.bank_task_limit] if args.domain == "agentic" else tasks
+        sampled = tasks[:cfg.bank.task_limit]
         if not sampled:
             sys.exit(f"error: {stage}: no training tasks to sample ({source})")
         try:

@@ -156,7 +156,7 @@ METHOD_ARG = {"required": True, "choices": list(registry.METHODS), "help": "meth
 
 def for_domain(cfg: Config, domain: str) -> Config:
     """The config a domain's stages run with: the agentic domain takes its own step budget, rollouts per step
-    and bank threshold from `agentic` (null keeps the shared value)."""
+    and bank settings from `agentic` (null keeps the shared value; a null task limit is no limit)."""
     if domain == "code":
         return cfg
     a = cfg.agentic
@@ -165,6 +165,7 @@ def for_domain(cfg: Config, domain: str) -> Config:
     raw["bank"]["success_threshold"] = a.bank_success_threshold
     raw["bank"]["query_instruction"] = a.query_instruction
     raw["bank"]["samples_per_task"] = a.bank_samples_per_task or cfg.bank.samples_per_task
+    raw["bank"]["task_limit"] = a.bank_task_limit
     if a.steps is not None:
         for name in registry.METHODS:
             if "steps" in raw[name]:

@@ -15,7 +15,8 @@ On the machine at hand and the model in --model-dir (models/base: the cpu profil
   kernel (now), against the memory bound (bytes a step reads and writes / bandwidth), and the weights after three
   steps against each other;
 - sampling (with vLLM): the same prompts in calls of --call-size against one call, and in one call the engine's
-  top-k / top-p through each row's top k (the backend's) against vLLM's sort over the vocabulary (the same draws).
+  top-k / top-p through each row's top k (the backend's) against vLLM's sort over the vocabulary (the same draws),
+  and the one call on a bfloat16 engine (`sampling.dtype: bfloat16`) where the CPU has bf16 units.
 `pays` says which path is faster here. Every ratio comes from this one run. Run:
   python scripts/bench_cpu.py [--model-dir models/base] [--batch 8] [--response-tokens 256]
       [--sections update adamw sampling]
@@ -229,8 +230,9 @@ def bench_adamw(model_dir: str, bandwidth: float) -> dict:
 SECTIONS = ("update", "adamw", "sampling")
 
 
-def bench_sampling(args) -> dict:
-    """vLLM on --prompts random prompts of 64 tokens at the cpu profile's sampling settings (`sampling_paths`)."""
+def bench_sampling(args, flags: dict) -> dict:
+    """vLLM on --prompts random prompts of 64 tokens at the cpu profile's sampling settings (`sampling_paths`), and
+    in one call on a bfloat16 engine where the CPU has bf16 units (`engine_dtypes`)."""
     from lopd.core.rollout import make_backend
     from lopd.core.sampling import SamplingParams
 
@@ -242,7 +244,29 @@ def bench_sampling(args) -> dict:
     params = SamplingParams(engine_cfg.sampling.temperature, engine_cfg.sampling.top_p, engine_cfg.sampling.top_k,
                             args.new_tokens)
     backend.generate(prompts[:2], SamplingParams(max_new_tokens=4), seed=0)  # warm-up
-    return sampling_paths(backend, prompts, params, args.call_size)
+    result = sampling_paths(backend, prompts, params, args.call_size)
+    if flags.get("avx512_bf16") or flags.get("amx_bf16"):
+        del backend
+        gc.collect()
+        bf16_cfg = resolve({"profile": "cpu", "sampling": {"backend": "vllm", "max_new_tokens": args.new_tokens,
+                                                            "dtype": "bfloat16"}})
+        bf16 = make_backend(args.model_dir, tokenizer, bf16_cfg, args.prompts)
+        bf16.generate(prompts[:2], SamplingParams(max_new_tokens=4), seed=0)
+        result["engine_dtype"] = engine_dtypes(bf16, prompts, params, result["one_call"])
+    return result
+
+
+def engine_dtypes(bf16_engine, prompts: list[list[int]], params, float32_call: dict) -> dict:
+    """The same call as `sampling_paths`' one call on a bfloat16 engine against the float32 engine's: tokens/s and
+    whether bf16 pays. Draws differ (other logits): the sampled lengths are compared, not the tokens."""
+    start = time.perf_counter()
+    sampled = sum(len(c.token_ids) for c in bf16_engine.generate(prompts, params, 0))
+    wall = time.perf_counter() - start
+    print(f"sampling in one call, bfloat16 engine: {sampled / wall:.1f} tokens/s", flush=True)
+    bf16_call = {"sampled_tokens": sampled, "wall_s": round(wall, 2), "tokens_per_s": round(sampled / wall, 1)}
+    speedup = bf16_call["tokens_per_s"] / float32_call["tokens_per_s"]
+    return {"float32": float32_call, "bfloat16": bf16_call, "bf16_speedup": round(speedup, 2),
+            "pays": "bfloat16" if speedup > 1 else "float32"}
 
 
 def sampling_paths(backend, prompts: list[list[int]], params, call_size: int) -> dict:
@@ -295,7 +319,7 @@ def main() -> None:
     if "adamw" in args.sections:
         result["adamw"] = bench_adamw(args.model_dir, bandwidth)
     if "sampling" in args.sections:
-        result["sampling"] = bench_sampling(args) if vllm_available() else "n/a: vllm not installed"
+        result["sampling"] = bench_sampling(args, cpu["flags"]) if vllm_available() else "n/a: vllm not installed"
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

@@ -321,7 +321,7 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
             skill_sd = cfg.section(SkillSDConfig)
             work += steps * rollouts / skill_sd.group_size * skill_sd.summary_tokens / c.train_rate
         stage(name, work)
-    bank_rollouts = counts["train_tasks"] * cfg.bank.samples_per_task
+    bank_rollouts = min(counts["train_tasks"], cfg.bank.task_limit or counts["train_tasks"]) * cfg.bank.samples_per_task
     stage("build_bank", step_sampling(bank_rollouts))
     stage("build_pool")
     example = (c.teacher_s + c.composer_s) * c.train_tokens  # a bank entry's composer + teacher pass, with backward

@@ -90,6 +90,7 @@ def test_paper_values_are_the_defaults():
     ({"learn": {"selection_samples": 1}}, "learn.selection_samples: must be >= 2"),
     ({"sdpo": {"lr": "fast"}}, "sdpo.lr: expected a number"),
     ({"bank": {"success_threshold": 2}}, "bank.success_threshold"),
+    ({"bank": {"task_limit": 0}}, "bank.task_limit"),
     ({"composer": {"lora_rank": 0}}, "composer.lora_rank"),
     ({"cold_start": {"grad_clip": 0}}, "cold_start.grad_clip"),
     ({"agentic": {"tool_call_format": "json"}}, "agentic.tool_call_format: 'json' is not strict or lenient"),

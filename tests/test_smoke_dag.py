@@ -133,6 +133,7 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     assert all(len(task["retrieved_entries"]) == 2 for task in with_context["per_task"].values())
     bank = json.loads((repo / "metrics" / "bank.json").read_text())["build_bank"]
     assert bank["n_entries"] > 0 and bank["eval_tasks_checked"] > 0
+    assert bank["n_tasks_sampled"] == 16 < bank["n_train_tasks"]  # the smoke profile's bank.task_limit
     lopd = json.loads((repo / "plots" / "train" / "lopd.json").read_text())
     assert len(lopd) == 2 and "beta_next" in lopd[0] and "reward" in lopd[0]
 

