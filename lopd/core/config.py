@@ -111,9 +111,9 @@ class SamplingConfig:
     batch_size: int = 32
     """Rollouts decoded together in one batch."""
     dtype: str = "bfloat16"
-    """Dtype of the rollout engine's copy of the policy (synced from the trainer after every step).
-    bfloat16 decodes about 2x faster on CPUs with bf16 units; the trainer recomputes log-probs from its float32
-    master weights."""
+    """Dtype of the rollout engine's copy of the policy (synced from the trainer after every step); the trainer
+    recomputes log-probs from its float32 master weights. On a CPU the cpu profile samples in float32: vLLM's bfloat16
+    engine ran at 0.58x its rate even on a CPU with bf16 units (docs/performance.md)."""
     backend: str = "auto"
     """Rollout engine: hf (the hand-written KV-cache decode loop, lopd/core/sampling.py) | vllm (an in-process vLLM
     engine per training process: continuous batching, prefix caching; lopd/core/vllm_backend.py) | auto (vllm on a GPU
