@@ -1,6 +1,7 @@
-"""Stage `eval@<method>`: sample from a trained policy on every code benchmark (`benchmarks`, one model load) and score
-it with each benchmark's own rules. Writes pass@1 with its 95% CI per benchmark (metrics/eval/<method>.json), and
-every completion with its verdicts and the full summary (results/eval/<method>/<benchmark>.json).
+"""Stage `eval@<method>`: sample from a trained policy on every code benchmark (`benchmarks`, one model load; those of
+one protocol in one engine call) and score it with each benchmark's own rules. Writes pass@1 with its 95% CI per
+benchmark (metrics/eval/<method>.json), and every completion with its verdicts and the full summary
+(results/eval/<method>/<benchmark>.json).
 
 HumanEval+ / MBPP+ follow EvalPlus' own chat protocol (its HF and vLLM providers): the assistant turn is prefilled
 with the response prefix and an opened python fence, generation stops at EvalPlus' stop strings (the closing fence
@@ -127,15 +128,20 @@ def run(cfg: Config, method: str, model_dir: Callable[[], Path], wrap: Wrap | No
             policy = model_dir()
             tokenizer = load_tokenizer(policy)
             backend = make_backend(policy, tokenizer, cfg, cfg.eval.batch_size, prompt_embeds=wrap is not None)
+        available = {name: bench for name, bench in benchmarks.items() if isinstance(bench, CodeBenchmark)}
+        results: dict[str, dict[str, Any]] = {}
+        for together in protocol_groups(available):
+            results.update(evaluate_together(cfg, method, {name: available[name] for name in together}, backend,
+                                             tokenizer, wrap, state) or {})
+        if not state.is_main_process:  # process 0 scores and writes
+            return
         scores = {}
         for benchmark, bench in benchmarks.items():
             if isinstance(bench, NotAvailable):
                 result = {"summary": {"benchmark": benchmark, "method": method, "profile": cfg.profile,
                                       "note": str(bench), "n_tasks": 0}, "per_task": {}}
             else:
-                result = evaluate_benchmark(cfg, method, benchmark, bench, backend, tokenizer, wrap, state)
-            if not state.is_main_process:  # process 0 scores and writes
-                continue
+                result = results[benchmark]
             summary = result["summary"]
             if "note" not in summary:
                 tracker.log_metrics({f"{benchmark}.{k}": summary[k]
@@ -145,22 +151,35 @@ def run(cfg: Config, method: str, model_dir: Callable[[], Path], wrap: Wrap | No
             print(f"{method} on {benchmark}: " + (summary["note"] if "note" in summary else
                                                   f"pass@1 {summary['pass@1_plus']:.2f} "
                                                   f"(base {summary['pass@1_base']:.2f})"), flush=True)
-        if state.is_main_process:
-            record_metrics(tracker, domain.metrics / "eval" / f"{method}.json", stage, scores)
+        record_metrics(tracker, domain.metrics / "eval" / f"{method}.json", stage, scores)
 
 
-def evaluate_benchmark(cfg: Config, method: str, benchmark: str, bench: CodeBenchmark, backend: RolloutBackend,
-                       tokenizer, wrap: Wrap | None, state: PartialState) -> dict[str, Any] | None:
-    """Sample `bench`'s tasks (each process its share; every process calls it), score them on process 0 and return
-    the results file's content (summary and per-task verdicts and completions); None on the other processes."""
+def protocol_groups(benchmarks: dict[str, CodeBenchmark]) -> list[list[str]]:
+    """The benchmarks sampled in one engine call, in `benchmarks`' order: those whose prompts end alike and whose
+    sampling stops alike (HumanEval+ with MBPP+; LiveCodeBench v5 with v6). The engine's batch then stays full to
+    the end of the last of them, instead of draining at the end of each."""
+    groups: dict[tuple, list[str]] = {}
+    for name, bench in benchmarks.items():
+        groups.setdefault((bench.stop, bench.continue_final), []).append(name)
+    return list(groups.values())
+
+
+def evaluate_together(cfg: Config, method: str, benchmarks: dict[str, CodeBenchmark], backend: RolloutBackend,
+                      tokenizer, wrap: Wrap | None, state: PartialState) -> dict[str, dict[str, Any]] | None:
+    """Sample every task of `benchmarks` (one protocol: `protocol_groups`) in one call, each process its share
+    (every process calls it); score each benchmark on process 0 and return its results file's content (summary and
+    per-task verdicts and completions); None on the other processes."""
+    first = next(iter(benchmarks.values()))
     context: dict[str, Any] = {}
     if wrap is not None:
-        backend, context = wrap(backend, tokenizer, bench.messages, bench.continue_final)
-    task_ids = [tid for tid in bench.messages for _ in range(cfg.eval.n_samples)]
-    task_prompts = {tid: encode_prompt(tokenizer, m, continue_final=bench.continue_final)
-                    for tid, m in bench.messages.items()}
-    prompts = [task_prompts[tid] for tid in task_ids]
-    params = dataclasses.replace(sampling_params(cfg, cfg.eval.max_new_tokens), stop=bench.stop)
+        backend, context = wrap(backend, tokenizer, {tid: m for bench in benchmarks.values()
+                                                     for tid, m in bench.messages.items()}, first.continue_final)
+    rows = [(name, tid) for name, bench in benchmarks.items() for tid in bench.messages
+            for _ in range(cfg.eval.n_samples)]
+    task_prompts = {(name, tid): encode_prompt(tokenizer, m, continue_final=first.continue_final)
+                    for name, bench in benchmarks.items() for tid, m in bench.messages.items()}
+    prompts = [task_prompts[row] for row in rows]
+    params = dataclasses.replace(sampling_params(cfg, cfg.eval.max_new_tokens), stop=first.stop)
     start = time.perf_counter()
     share = process_share(len(prompts))
     mine = backend.generate([prompts[i] for i in share], params, seed=process_seed(cfg.seed, state.process_index))
@@ -168,22 +187,28 @@ def evaluate_benchmark(cfg: Config, method: str, benchmark: str, bench: CodeBenc
     sampling_s = time.perf_counter() - start  # to the slowest process's end
     if not state.is_main_process:
         return None
-    completions: dict[str, list[str]] = {tid: [] for tid in bench.messages}
-    for tid, out in zip(task_ids, outputs):
-        completions[tid].append(bench.keep(tokenizer.decode(out.token_ids, skip_special_tokens=True)))
-    start = time.perf_counter()
-    scored = bench.score(completions)
-    scoring_s = time.perf_counter() - start
-    summary = {k: v for k, v in scored.items() if k != "per_task"}
     per_task_context = context.pop("per_task", {})
-    summary.update({"benchmark": benchmark, "method": method, **context, "profile": cfg.profile, "seed": cfg.seed,
-                    "protocol": bench.protocol, "task_limit": cfg.eval.task_limit,
-                    "max_new_tokens": cfg.eval.max_new_tokens,
-                    "generated_tokens": sum(len(o.token_ids) for o in outputs),
-                    "sampling_s": round(sampling_s, 1), "scoring_s": round(scoring_s, 1)})
-    return {"summary": summary, "per_task": {
-        tid: {**scored["per_task"][tid], "completions": completions[tid], **per_task_context.get(tid, {})}
-        for tid in bench.messages}}
+    results = {}
+    for name, bench in benchmarks.items():
+        completions: dict[str, list[str]] = {tid: [] for tid in bench.messages}
+        generated = 0
+        for (row_name, tid), out in zip(rows, outputs):
+            if row_name == name:
+                completions[tid].append(bench.keep(tokenizer.decode(out.token_ids, skip_special_tokens=True)))
+                generated += len(out.token_ids)
+        start = time.perf_counter()
+        scored = bench.score(completions)
+        scoring_s = time.perf_counter() - start
+        summary = {k: v for k, v in scored.items() if k != "per_task"}
+        summary.update({"benchmark": name, "method": method, **context, "profile": cfg.profile, "seed": cfg.seed,
+                        "protocol": bench.protocol, "task_limit": cfg.eval.task_limit,
+                        "max_new_tokens": cfg.eval.max_new_tokens, "generated_tokens": generated,
+                        "sampled_together": list(benchmarks), "sampling_s": round(sampling_s, 1),
+                        "scoring_s": round(scoring_s, 1)})
+        results[name] = {"summary": summary, "per_task": {
+            tid: {**scored["per_task"][tid], "completions": completions[tid], **per_task_context.get(tid, {})}
+            for tid in bench.messages}}
+    return results
 
 
 if __name__ == "__main__":

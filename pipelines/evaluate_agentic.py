@@ -5,6 +5,7 @@ every episode. Missing data gives an "n/a" summary and n_tasks 0, never a crash.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 import time
@@ -15,7 +16,7 @@ from typing import Any, Callable
 from accelerate import PartialState
 
 from evaluation.agentic.acebench.user_simulator import LocalModelUser, OpenAICompatibleUser
-from evaluation.agentic.benchmarks import load_benchmark
+from evaluation.agentic.benchmarks import Benchmark, load_benchmark
 from evaluation.stats import score_ci
 from lopd.core.config import Config, resolve_model
 from lopd.core.device import device
@@ -114,6 +115,46 @@ Wrap = Callable[[RolloutBackend, object], tuple[RolloutBackend, dict[str, Any], 
 -> (backend to sample from, what to record in the summaries, (task id, environment) -> the environment to play)."""
 
 
+def play_groups(benches: dict[str, Benchmark]) -> list[list[str]]:
+    """The benchmarks played together, in one batch of episodes: those with the same step cap (one step of a batch
+    samples every running episode, so fuller batches sample faster), in `benches`' order."""
+    groups: dict[int, list[str]] = {}
+    for name, bench in benches.items():
+        groups.setdefault(bench.max_steps, []).append(name)
+    return list(groups.values())
+
+
+def chunks(n: int, size: int) -> list[range]:
+    """`n` items in as few consecutive chunks of at most `size` as can hold them, their sizes within one of each
+    other (35 in chunks of 32: 17 and 18, not 32 and a tail of 3)."""
+    count = -(-n // size) if n else 0
+    bounds = [n * i // count for i in range(count + 1)] if count else [0]
+    return [range(first, last) for first, last in zip(bounds, bounds[1:])]
+
+
+def play(cfg: Config, benches: list[Benchmark], backend: RolloutBackend, tokenizer, params,
+         environment: Callable[[str, Any], Any], state: PartialState) -> dict[str, list[Trajectory]]:
+    """Every episode of `benches` (one step cap), each process its share in chunks of at most `eval.batch_size`
+    environments alive at once; every process's trajectories, per benchmark in its episodes' order."""
+    episodes = [(tid, env) for bench in benches for tid, env in bench.episodes]
+    share = [episodes[i] for i in process_share(len(episodes))]
+    seed = process_seed(cfg.seed, state.process_index)
+    mine: list[Trajectory] = []
+    a = cfg.agentic
+    with progress(total=len(share), desc="+".join(b.name for b in benches), unit="ep") as bar:
+        for chunk in chunks(len(share), cfg.eval.batch_size):
+            played = [(tid, 0, environment(tid, env)) for tid, env in share[chunk.start:chunk.stop]]
+            mine += run_episodes(backend, tokenizer, played, params, seed + chunk.start, benches[0].max_steps,
+                                 a.max_context_tokens, tool_call_format=a.tool_call_format)
+            bar.update(len(chunk))
+    trajectories = gather_shares(mine, len(episodes))
+    out, first = {}, 0
+    for bench in benches:
+        out[bench.name] = trajectories[first:first + len(bench.episodes)]
+        first += len(bench.episodes)
+    return out
+
+
 def main() -> None:
     args, cfg = parse_args(__doc__, method=METHOD_ARG)
     check_backend(cfg, BASE_MODEL_DIR)  # before any work: the rollout engine can run this model
@@ -142,42 +183,42 @@ def run(cfg: Config, method: str, model_dir: Callable[[], Path], wrap: Wrap | No
         except OSError as err:  # its local model is not there
             sys.exit(f"error: ACEBench simulated user: {err}")
         params = sampling_params(cfg, a.max_step_tokens)
+        with contextlib.ExitStack() as opened:
+            benches: dict[str, Benchmark] = {}
+            notes: dict[str, str] = {}
+            for name in a.benchmarks:
+                try:
+                    benches[name] = load_benchmark(cfg, name, user)
+                except (OSError, ValueError, ImportError) as err:  # data or package missing: say so, run the rest
+                    notes[name] = f"n/a: {str(err).splitlines()[0]}"
+                    continue
+                opened.callback(benches[name].close)
+            played: dict[str, tuple[list[Trajectory], dict[str, Any]]] = {}
+            for together in play_groups(benches):
+                start = time.perf_counter()
+                trajectories = play(cfg, [benches[name] for name in together], backend, tokenizer, params,
+                                    environment, state)
+                shared = {"wall_s": round(time.perf_counter() - start, 1), "played_together": together}
+                played.update({name: (trajectories[name], shared) for name in together})
         scores = {}
         for name in a.benchmarks:
-            start = time.perf_counter()
             summary = {"method": method, **context, "benchmark": name, "profile": cfg.profile, "seed": cfg.seed,
                        "task_limit": a.task_limit, "tool_call_format": a.tool_call_format}
-            try:
-                bench = load_benchmark(cfg, name, user)
-            except (OSError, ValueError, ImportError) as err:  # data or package missing: say so, run the rest
-                summary.update({"note": f"n/a: {str(err).splitlines()[0]}", "n_tasks": 0})
+            if name in notes:
+                summary.update({"note": notes[name], "n_tasks": 0})
                 trajectories = []
             else:
-                try:
-                    mine = []  # each process plays its own share of the episodes; process 0 writes
-                    share = [bench.episodes[i] for i in process_share(len(bench.episodes))]
-                    seed = process_seed(cfg.seed, state.process_index)
-                    size = cfg.eval.batch_size  # environments (and their state) alive at once
-                    with progress(total=len(share), desc=name, unit="ep") as bar:
-                        for i in range(0, len(share), size):
-                            chunk = share[i:i + size]
-                            played = [(tid, 0, environment(tid, env)) for tid, env in chunk]
-                            mine += run_episodes(backend, tokenizer, played, params, seed + i, bench.max_steps,
-                                                 a.max_context_tokens, tool_call_format=a.tool_call_format)
-                            bar.update(len(chunk))
-                finally:
-                    bench.close()
-                trajectories = gather_shares(mine, len(bench.episodes))
-                summary.update({"data": bench.source, "max_steps": bench.max_steps, **summarise(trajectories)})
-            summary["wall_s"] = round(time.perf_counter() - start, 1)
+                trajectories, shared = played[name]
+                bench = benches[name]
+                summary.update({"data": bench.source, "max_steps": bench.max_steps, **summarise(trajectories),
+                                **shared})
             if not state.is_main_process:
                 continue
             results_path = domain.results / "eval" / method / f"{name}.json"
             write_json(results_path, {"summary": summary, "episodes": [episode_record(t) for t in trajectories]})
             tracker.log_metrics({f"{name}.{k}": v for k, v in summary.items() if isinstance(v, (int, float))})
             scores[name] = {k: summary[k] for k in SCORE_KEYS if k in summary}
-            print(f"{method} on {name}: {summary.get('score', summary.get('note'))} "
-                  f"({summary['wall_s']}s)", flush=True)
+            print(f"{method} on {name}: {summary.get('score', summary.get('note'))}", flush=True)
         if not state.is_main_process:
             return
         path = domain.metrics / "eval" / f"{method}.json"

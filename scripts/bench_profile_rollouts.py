@@ -7,8 +7,9 @@ it, timed end to end (sampling and the sandbox's scoring):
   profile's sampling settings and budget);
 - validation: one validation point (data.validation_tasks held-out tasks, greedy);
 - eval: the first --eval-tasks tasks of each code benchmark with its protocol (prompt, stop strings, eval budget),
-  submitted at once as the stage does (vLLM's rate grows with the prompts it runs together: the stage's whole
-  benchmark runs faster than this sample).
+  those of one protocol in one call as the stage samples them (vLLM's rate grows with the prompts it runs together:
+  the stage's whole benchmarks run faster than this sample); a benchmark's wall time is its share of the call's,
+  apportioned by the tokens it sampled (`call_sampling_s`: the call's), plus its own scoring.
 Each records its wall time, sampled tokens and mean completion length: what a rollout costs and how long it is at the
 profile's budget, which the engines' token rates (rollout.json, gpu.json) do not say.
 On a CPU engine every part is measured twice in the run, side by side: with the backend's sampler (`top_k_first`,
@@ -41,7 +42,7 @@ from lopd.core.sampling import SamplingParams  # noqa: E402
 from lopd.core.vllm_backend import CPU_SAMPLER, VLLMBackend, vocabulary_sort_sampler  # noqa: E402
 from pipelines.common import BASE_MODEL_DIR, run_stage  # noqa: E402
 from pipelines.domains.code import training_tasks  # noqa: E402
-from pipelines.evaluate import NotAvailable, code_benchmark, evaluate_benchmark  # noqa: E402
+from pipelines.evaluate import NotAvailable, code_benchmark, evaluate_together, protocol_groups  # noqa: E402
 
 OUT = REPO / "reports" / "perf" / "profile_rollouts.json"
 
@@ -74,16 +75,23 @@ def measure_parts(cfg, backend, tokenizer) -> dict:
         parts["validation"] = part(time.perf_counter() - start, backend.stats["sampled_tokens"] - before,
                                    len(split.validation))
     parts["eval"] = {}
+    available = {}
     for benchmark in cfg.benchmarks:
         try:
-            bench = code_benchmark(cfg, benchmark)
+            available[benchmark] = code_benchmark(cfg, benchmark)
         except NotAvailable as err:
             parts["eval"][benchmark] = str(err)
-            continue
-        scored = evaluate_benchmark(cfg, "bench", benchmark, bench, backend, tokenizer, None, PartialState())
-        summary = scored["summary"]
-        parts["eval"][benchmark] = {**part(summary["sampling_s"] + summary["scoring_s"], summary["generated_tokens"],
-                                           summary["n_tasks"]), "scoring_s": summary["scoring_s"]}
+    for together in protocol_groups(available):
+        results = evaluate_together(cfg, "bench", {name: available[name] for name in together}, backend, tokenizer,
+                                    None, PartialState())
+        summaries = [results[name]["summary"] for name in together]
+        call_s, call_tokens = summaries[0]["sampling_s"], sum(s["generated_tokens"] for s in summaries)
+        for name, summary in zip(together, summaries):
+            # the call's time apportioned by sampled tokens: each benchmark at the call's rate
+            sampling_s = call_s * summary["generated_tokens"] / call_tokens
+            parts["eval"][name] = {**part(sampling_s + summary["scoring_s"], summary["generated_tokens"],
+                                          summary["n_tasks"]), "scoring_s": summary["scoring_s"],
+                                   "sampled_together": together, "call_sampling_s": call_s}
     return parts
 
 

@@ -8,7 +8,9 @@ Every rate is a benchmark's, from reports/perf/ (never a recorded stage time: th
 - rollout.json (`make bench-rollout`): the engine's prompt prefill and multi-turn rates (agentic episodes);
 - lopd_step.json: an update's passes per action token (student, LOPD's teacher and composer) and a whole GRPO and LOPD
   update; agentic_update.json: updates on agentic episodes; tool_calls.json: agentic episode lengths and success;
-  stage_startup.json: a stage's start-up;
+  stage_startup.json: a stage's start-up; agentic_eval.json (scripts/bench_agentic_eval.py): an agentic
+  evaluation's seconds per episode, its benchmarks played together as the stage plays them (where the profile has one;
+  else from the episode lengths and the training rate);
 - on a GPU (GPU=h100|h200), gpu.json from `make bench-gpu` on that GPU: the CPU's sampling rates are scaled by the
   measured engine speed-up (its decode engine's tokens/s over the CPU engine's, rollout.json) and the update costs by
   its GRPO and LOPD update rates; the sandbox and start-up stay the CPU's.
@@ -85,6 +87,9 @@ class Costs:
     agentic_update_s: dict[str, float]
     """Per played episode step: grpo (the student alone) and lopd."""
     startup_s: float
+    agentic_eval_episode_s: float | None = None
+    """Seconds per episode of an agentic evaluation, as agentic_eval.json measured the stage playing the profile's
+    benchmarks together; None: from the episode lengths and the training rate."""
     sources: dict[str, str] = field(default_factory=dict)
 
     def update_s(self, method: str) -> float:
@@ -138,6 +143,10 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
     tokens, passes = step["action_tokens"], step["passes_s"]
     played = agentic["episodes"] * agentic["steps"]
     train = base["train_step"]
+    eval_play = (PERF / "agentic_eval.json").exists() and read("agentic_eval.json").get(cfg.profile)
+    # a measurement with the backend's own sampler: the check's recorded run (vLLM's sort, benchmarks apart) keeps
+    # the episode model
+    eval_episode_s = eval_play["together"]["seconds_per_episode"] if eval_play and sampler is None else None
     return Costs(
         train_rate=rate(train), validation_rate=rate(base["validation"]),
         eval_rate={b: rate(e) for b, e in evals.items()},
@@ -152,6 +161,7 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
         optimizer_s=max(0.0, step["grpo_update_s"] - passes["student"]),
         agentic_update_s={kind: agentic["variants"][f"{kind}:on"]["update_s"] / played for kind in ("grpo", "lopd")},
         startup_s=sum(startup["imports_s"].values()) / len(startup["imports_s"]) + startup["mlflow_s"],
+        agentic_eval_episode_s=eval_episode_s,
         sources={"sampling": f"profile_rollouts.json ({entry['backend']}{', sampler ' + used if used else ''}, "
                              f"{entry['model']}, profile {entry['profile']})",
                  "updates": f"lopd_step.json and agentic_update.json ({model})",
@@ -192,6 +202,7 @@ def gpu_costs(cfg: Config, gpu: str, cpu: Costs) -> Costs:
         prefill_rate=cpu.prefill_rate * sampling, student_s=grpo_s, teacher_s=cpu.teacher_s / speedup,
         composer_s=cpu.composer_s / speedup, lopd_s=lopd_s, optimizer_s=0.0,
         agentic_update_s={k: v / speedup for k, v in cpu.agentic_update_s.items()}, startup_s=cpu.startup_s,
+        agentic_eval_episode_s=cpu.agentic_eval_episode_s and cpu.agentic_eval_episode_s / sampling,
         sources={"sampling": f"this CPU's, x{sampling:.0f}: {engine} on {name} (gpu.json, {architecture}, random "
                              f"weights) over vllm on this CPU (rollout.json)",
                  "updates": f"gpu.json's GRPO and LOPD update rates on {name} (optimizer step included); the other "
@@ -351,9 +362,10 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
         update = shares["agentic"][method] * episode.steps * c.agentic_update_s[kind] * teacher
         stage(name, a.steps * a.rollouts_per_step * (episode_s + update))
     played = sum(agentic[name] for name in a.benchmarks)
+    eval_episode_s = c.agentic_eval_episode_s or episode_s
     for method in cfg.methods:
-        stage(f"eval_agentic@{method}", played * episode_s)
-    stage("eval_agentic_base_composer", played * (episode_s + composer_forward))
+        stage(f"eval_agentic@{method}", played * eval_episode_s)
+    stage("eval_agentic_base_composer", played * (eval_episode_s + composer_forward))
     stage("latent_decode")
     stage("report")
     assumptions = [
@@ -362,6 +374,9 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
         f"agentic episodes: {episode.steps:.0f} steps (agentic.max_steps: unmeasured) of {episode.step_tokens:.0f} "
         f"tokens, contexts of {episode.context_tokens:.0f} tokens (agentic_update.json), {episode.success:.0%} "
         "succeed (tool_calls.json)",
+        "agentic evaluations: " + (f"{c.agentic_eval_episode_s:.1f} s an episode, the benchmarks played together "
+                                   "(agentic_eval.json)" if c.agentic_eval_episode_s else
+                                   "the episodes above at the training rate"),
         f"trained rollouts: {share_note}",
         f"validation: {cfg.data.validation_tasks} tasks at step 0, every {cfg.train.val_every} steps and the last",
         f"a forward pass alone: {TEACHER_FORWARD_SHARE:.2f} of the measured pass with backward (text-context "
@@ -458,7 +473,9 @@ def at_speed(costs: Costs, factor: float) -> Costs:
     return dataclasses.replace(costs, train_rate=costs.train_rate * factor,
                                validation_rate=costs.validation_rate * factor,
                                eval_rate={b: r * factor for b, r in costs.eval_rate.items()},
-                               prefill_rate=costs.prefill_rate * factor)
+                               prefill_rate=costs.prefill_rate * factor,
+                               agentic_eval_episode_s=costs.agentic_eval_episode_s and
+                               costs.agentic_eval_episode_s / factor)
 
 
 def main() -> None:

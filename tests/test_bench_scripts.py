@@ -9,6 +9,8 @@ import pytest
 import torch
 from pyfork import python
 
+from lopd.core.config import resolve
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -78,3 +80,56 @@ def test_the_cpu_benchmark_runs_each_path_this_cpu_has_and_compares_them(tiny_mo
     assert update["model_flops"] > 6 * 4 * 16 * 1000  # the tiny model has well over 1,000 weights
     assert adamw["max_weight_difference"] < 1e-6 and adamw["parameters"] > 0
     assert result["bandwidth_gbs"] > 0 and "sampling" not in result
+
+
+class _EndingEnv:
+    """Ends the episode on the policy's first reply."""
+
+    def reset(self):
+        return [{"role": "user", "content": "Finish."}], []
+
+    def reply(self, text):
+        return None
+
+    def score(self):
+        return {"reward": 1.0}
+
+    def close(self):
+        pass
+
+
+class _CountingBackend:
+    """Answers every prompt with two tokens, counting the calls and the tokens as the backends' stats do."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.calls, self.stats = tokenizer, 0, {"sampled_tokens": 0}
+
+    def generate(self, prompts, params, seed):
+        from lopd.core.sampling import Completion
+
+        self.calls += 1
+        self.stats["sampled_tokens"] += 2 * len(prompts)
+        ids = self.tokenizer("ok done", add_special_tokens=False)["input_ids"][:2]
+        return [Completion(ids, [0.0, 0.0], True) for _ in prompts]
+
+
+def test_the_agentic_evaluation_benchmark_plays_the_same_episodes_apart_and_together(load_script, tokenizer,
+                                                                                      monkeypatch):
+    """scripts/bench_agentic_eval.py's measurement: two benchmarks of one step cap (3 and 2 episodes) played apart,
+    in two batches, and together, in one: the same episodes and tokens either way, each counted once."""
+    from evaluation.agentic.benchmarks import Benchmark
+
+    bench = load_script("bench_agentic_eval")
+    sizes = {"first": 3, "second": 2}
+    monkeypatch.setattr(bench, "load_benchmark", lambda cfg, name, user: Benchmark(
+        name, [(f"{name}{i}", _EndingEnv()) for i in range(sizes[name])], max_steps=3, source="test"))
+    cfg = resolve({"profile": "smoke"})
+    backend = _CountingBackend(tokenizer)
+    apart = bench.measure(cfg, backend, tokenizer, None, [["first"], ["second"]])
+    assert backend.calls == 2
+    together = bench.measure(cfg, backend, tokenizer, None, [["first", "second"]])
+    assert backend.calls == 3
+    assert (apart["batches_of_benchmarks"], together["batches_of_benchmarks"]) == (2, 1)
+    for played in (apart, together):
+        assert (played["episodes"], played["policy_steps"], played["sampled_tokens"]) == (5, 5, 10)
+        assert played["seconds_per_episode"] == pytest.approx(played["wall_s"] / 5, abs=0.02)

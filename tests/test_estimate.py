@@ -129,3 +129,28 @@ def test_the_rates_are_those_of_the_sampler_asked_for(estimate):
     with pytest.raises(SystemExit, match="profile_rollouts.json: profile cpu has no rates measured with the "
                                          "top_k_first sampler"):
         estimate.sampled_parts(older, "top_k_first")
+
+
+def test_agentic_evaluations_take_the_measured_seconds_per_episode_played_together(estimate, tmp_path, monkeypatch):
+    """agentic_eval.json's seconds per episode (the profile's benchmarks played together, as eval_agentic plays
+    them) sets every agentic evaluation's work; the check's rates (vLLM's sort, the recorded run's benchmarks apart)
+    and a profile it has not measured keep the episode model."""
+    for f in (REPO / "reports" / "perf").glob("*.json"):
+        shutil.copy(f, tmp_path)
+    (tmp_path / "agentic_eval.json").unlink(missing_ok=True)
+    monkeypatch.setattr(estimate, "PERF", tmp_path)
+    cfg = resolve({"profile": "cpu"})
+    modelled, counts, _ = estimate.estimate(cfg, estimate.cpu_costs(cfg, None, None), 1)
+    (tmp_path / "agentic_eval.json").write_text(json.dumps({"cpu": {"together": {"seconds_per_episode": 2.5}}}))
+    costs = estimate.cpu_costs(cfg, None, None)
+    assert costs.agentic_eval_episode_s == 2.5
+    measured, _, _ = estimate.estimate(cfg, costs, 1)
+    played = sum(counts[f"agentic.{name}"] for name in cfg.agentic.benchmarks)
+    assert played > 0
+    for method in cfg.methods:
+        assert measured[f"eval_agentic@{method}"] == pytest.approx(costs.startup_s + played * 2.5)
+    assert measured["eval_agentic_base_composer"] > measured["eval_agentic@grpo"]
+    assert {s: t for s, t in measured.items() if "eval_agentic" not in s} == {
+        s: t for s, t in modelled.items() if "eval_agentic" not in s}
+    assert estimate.cpu_costs(cfg, None, None, sampler="vocabulary_sort").agentic_eval_episode_s is None
+    assert estimate.at_speed(costs, 2.0).agentic_eval_episode_s == pytest.approx(1.25)

@@ -1,12 +1,17 @@
-"""The eval_agentic summary: benchmark score and behaviour means, robust to empty benchmarks and failed scoring."""
+"""The eval_agentic summary (benchmark score and behaviour means, robust to empty benchmarks and failed scoring) and
+how it plays the benchmarks: those with one step cap in one batch of episodes."""
 
 import json
 
 import pytest
+from accelerate import PartialState
 
+from evaluation.agentic.benchmarks import Benchmark
 from evaluation.stats import wilson_interval
+from lopd.core.config import resolve
+from lopd.core.sampling import Completion, SamplingParams
 from lopd.core.trajectory import EpisodeBehaviour, Trajectory, Turn
-from pipelines.evaluate_agentic import episode_record, summarise
+from pipelines.evaluate_agentic import chunks, episode_record, play, play_groups, summarise
 
 
 def _episode(reward, calls, steps, scores, ended="step_cap", **extra):
@@ -68,3 +73,63 @@ def test_episode_record_keeps_the_results_file_layout():
     failed = episode_record(_episode(0.0, 1, 1, {}, "env_error", score_notes={"why": "x"}, env_error="E: boom"))
     assert list(failed)[-3:] == ["response", "score_notes", "env_error"]
     assert (failed["score_notes"], failed["env_error"]) == ({"why": "x"}, "E: boom")
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 32])
+def test_chunks_cover_the_items_in_as_few_even_chunks_as_fit(size):
+    for n in range(0, 80):
+        got = chunks(n, size)
+        assert [i for chunk in got for i in chunk] == list(range(n))  # consecutive, each item once, in order
+        fewest = (n + size - 1) // size
+        assert len(got) == fewest
+        lengths = [len(chunk) for chunk in got]
+        assert all(0 < length <= size for length in lengths)
+        assert not lengths or max(lengths) - min(lengths) <= 1
+    assert [len(c) for c in chunks(35, 32)] == [17, 18]
+
+
+class _TargetEnv:
+    """Ends on the first reply; its reward names the episode (so a trajectory can be matched to its environment)."""
+
+    def __init__(self, reward):
+        self.reward, self.closed = reward, 0
+
+    def reset(self):
+        return [{"role": "user", "content": "Finish."}], []
+
+    def reply(self, text):
+        return None
+
+    def score(self):
+        return {"reward": self.reward}
+
+    def close(self):
+        self.closed += 1
+
+
+class _RowCounter:
+    """Answers every prompt with a short text, recording how many rows each call sampled."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.rows = tokenizer, []
+
+    def generate(self, prompts, params, seed):
+        self.rows.append(len(prompts))
+        ids = self.tokenizer("done", add_special_tokens=False)["input_ids"]
+        return [Completion(ids, [0.0] * len(ids), True) for _ in prompts]
+
+
+def test_benchmarks_with_one_step_cap_are_played_in_one_batch_and_split_back(tokenizer):
+    cfg = resolve({"profile": "smoke", "eval": {"batch_size": 6}})
+    first = Benchmark("first", [(f"a{i}", _TargetEnv(i / 10)) for i in range(3)], max_steps=2, source="test")
+    second = Benchmark("second", [(f"b{i}", _TargetEnv(1 + i / 10)) for i in range(5)], max_steps=2, source="test")
+    other_cap = Benchmark("third", [], max_steps=5, source="test")
+    assert play_groups({"first": first, "third": other_cap, "second": second}) == [["first", "second"], ["third"]]
+
+    backend = _RowCounter(tokenizer)
+    played = play(cfg, [first, second], backend, tokenizer, SamplingParams(max_new_tokens=8),
+                  lambda task_id, env: env, PartialState())
+    assert backend.rows == [4, 4]  # 8 episodes in two even chunks of at most 6 (apart: 3 and 5)
+    assert [(t.task_id, t.reward) for t in played["first"]] == [("a0", 0.0), ("a1", 0.1), ("a2", 0.2)]
+    assert [(t.task_id, t.reward) for t in played["second"]] == [(f"b{i}", 1 + i / 10) for i in range(5)]
+    assert all(env.closed == 1 for bench in (first, second) for _, env in bench.episodes)

@@ -329,7 +329,9 @@ class EvalConfig:
     max_new_tokens: int = 16384
     """Response budget per sample (paper: 16,384)."""
     batch_size: int = 32
-    """Prompts decoded together."""
+    """Prompts the hf backend decodes together (vLLM takes a whole code benchmark in one call), and agentic episodes
+    alive at once: an agentic evaluation plays its benchmarks of one step cap together, in as few even chunks of at
+    most this many episodes as hold them."""
     workers: int = 2
     """Sandboxed test processes run concurrently when scoring."""
 
