@@ -188,25 +188,24 @@ def evaluate_together(cfg: Config, method: str, benchmarks: dict[str, CodeBenchm
     if not state.is_main_process:
         return None
     per_task_context = context.pop("per_task", {})
+    completions = {name: {tid: [] for tid in bench.messages} for name, bench in benchmarks.items()}
+    generated = dict.fromkeys(benchmarks, 0)
+    for (name, tid), out in zip(rows, outputs):
+        completions[name][tid].append(benchmarks[name].keep(tokenizer.decode(out.token_ids, skip_special_tokens=True)))
+        generated[name] += len(out.token_ids)
     results = {}
     for name, bench in benchmarks.items():
-        completions: dict[str, list[str]] = {tid: [] for tid in bench.messages}
-        generated = 0
-        for (row_name, tid), out in zip(rows, outputs):
-            if row_name == name:
-                completions[tid].append(bench.keep(tokenizer.decode(out.token_ids, skip_special_tokens=True)))
-                generated += len(out.token_ids)
         start = time.perf_counter()
-        scored = bench.score(completions)
+        scored = bench.score(completions[name])
         scoring_s = time.perf_counter() - start
         summary = {k: v for k, v in scored.items() if k != "per_task"}
         summary.update({"benchmark": name, "method": method, **context, "profile": cfg.profile, "seed": cfg.seed,
                         "protocol": bench.protocol, "task_limit": cfg.eval.task_limit,
-                        "max_new_tokens": cfg.eval.max_new_tokens, "generated_tokens": generated,
+                        "max_new_tokens": cfg.eval.max_new_tokens, "generated_tokens": generated[name],
                         "sampled_together": list(benchmarks), "sampling_s": round(sampling_s, 1),
                         "scoring_s": round(scoring_s, 1)})
         results[name] = {"summary": summary, "per_task": {
-            tid: {**scored["per_task"][tid], "completions": completions[tid], **per_task_context.get(tid, {})}
+            tid: {**scored["per_task"][tid], "completions": completions[name][tid], **per_task_context.get(tid, {})}
             for tid in bench.messages}}
     return results
 
