@@ -4,7 +4,8 @@ One `update()` of a method on a cpu-profile-sized agentic batch: 8 episodes of e
 from different environments, each its real first prompt (tool list included, ~1.5-2k tokens) plus 3 steps of 64
 action tokens and 80 observation tokens (random ids: memory and time depend on shapes, not content). Each (method,
 activation checkpointing) variant runs in a fresh process and reports its peak RSS and update time; a variant may be
-given a memory cap, above which it is reported as not fitting instead of taking the machine down.
+given a memory cap, above which it is reported as not fitting instead of taking the machine down; a variant that
+fails otherwise stops the script there, with its error.
 LOPD uses a bank of 5 oracle-pool traces (so the composer trains and the teacher needs its graph) and the
 agentic composer checkpoint. Needs models/base, pool_agentic/ and checkpoints/agentic/composer.
 Run: python scripts/bench_agentic_update.py [--variants grpo:on grpo:off lopd:on] [--cap-gb 20]
@@ -27,6 +28,8 @@ from lopd.core.config import REPO_ROOT
 
 OUT = REPO_ROOT / "reports" / "perf" / "agentic_update.json"
 EPISODES, STEPS, ACTION_TOKENS, OBSERVATION_TOKENS = 8, 3, 64, 80
+MEMORY_ERRORS = ("MemoryError", "out of memory", "Cannot allocate memory", "std::bad_alloc")
+"""What a variant stopped by the address-space cap prints (Python's, torch's and the C++ runtime's words)."""
 
 
 def episodes(tokenizer, tasks):
@@ -82,7 +85,8 @@ def run_variant(method_name: str, checkpointing: bool) -> dict:
     cpu_matmul = use_cpu_matmul(cfg.model.cpu_matmul)  # the stages' path (pipelines.common.parse_args)
     domain = DOMAINS["agentic"]
     torch.manual_seed(cfg.seed)
-    with training_domain(cfg, "agentic") as (tasks, _, _), tempfile.TemporaryDirectory() as work:
+    with training_domain(cfg, "agentic") as split, tempfile.TemporaryDirectory() as work:
+        tasks = split.tasks
         tokenizer = load_tokenizer(BASE_MODEL_DIR)
         trajectories = episodes(tokenizer, tasks)
         method = (LOPD(cfg, replace(domain, bank=lopd_bank(domain.bank, Path(work), tokenizer)))
@@ -121,11 +125,14 @@ def main() -> None:
     for variant in args.variants:
         proc = subprocess.run([sys.executable, __file__, "--child", variant], capture_output=True, text=True,
                               preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap)))
+        last = (proc.stderr.strip().splitlines() or [""])[-1][:200]
         if proc.returncode == 0:
             results[variant] = json.loads(proc.stdout.strip().splitlines()[-1])
-        else:
-            results[variant] = {"error": f"did not fit in {args.cap_gb:g} GB of address space or failed "
-                                         f"(exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1][:200]}"}
+        elif any(sign in proc.stderr for sign in MEMORY_ERRORS):
+            results[variant] = {"error": f"did not fit in {args.cap_gb:g} GB of address space "
+                                         f"(exit {proc.returncode}): {last}"}
+        else:  # a bug, not a measurement: the file keeps what it held
+            sys.exit(f"error: variant {variant} failed (exit {proc.returncode}): {last}")
         print(variant, results[variant], flush=True)
         OUT.parent.mkdir(parents=True, exist_ok=True)  # after every variant: a long run keeps what it measured
         OUT.write_text(json.dumps({"episodes": EPISODES, "steps": STEPS, "action_tokens_per_step": ACTION_TOKENS,

@@ -111,6 +111,20 @@ UNNAMED_SAMPLER = "vocabulary_sort"
 vocabulary; they predate the backend's `top_k_first` (lopd.core.vllm_backend.top_k_top_p_cpu)."""
 
 
+UNNAMED_MATMUL = "blas"
+"""The float32 matmul path of an update measurement or a recorded run without a `cpu_matmul` key: torch's BLAS; they
+predate `model.cpu_matmul` (lopd.core.device.use_cpu_matmul)."""
+
+
+def matmul_factor(measured: str, target: str) -> float:
+    """How many times as long an update takes through the `target` float32 matmul path as through the `measured`
+    one: the ratio of cpu.json's updates through each, timed side by side."""
+    if measured == target:
+        return 1.0
+    paths = read("cpu.json")["update"]["paths"]
+    return paths[f"fp32_{target}"]["update_s"] / paths[f"fp32_{measured}"]["update_s"]
+
+
 def sampled_parts(entry: dict, sampler: str | None) -> dict:
     """The train_step, validation and eval parts of a profile_rollouts.json entry as `sampler` sampled them (None:
     the entry's top level, the backend's own; `vocabulary_sort`: vLLM's CPU sampler, measured beside it)."""
@@ -123,7 +137,10 @@ def sampled_parts(entry: dict, sampler: str | None) -> dict:
 
 
 def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | None,
-              on_gpu: bool = False, sampler: str | None = None) -> Costs:
+              on_gpu: bool = False, sampler: str | None = None, matmul: str | None = None) -> Costs:
+    """This CPU's costs from the benchmarks. `sampler`: the rates of that CPU sampler (None: the backend's own).
+    `matmul`: the float32 matmul path updates are costed for (None: lopd_step.json's, the path the stages take on the
+    benchmarks' machine); an update measured through another path is scaled by `matmul_factor`."""
     profiles, rollout, step_file, agentic, startup = (read(n) for n in (
         "profile_rollouts.json", "rollout.json", "lopd_step.json", "agentic_update.json", "stage_startup.json"))
     measured = profiles.get(cfg.profile)
@@ -142,6 +159,13 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
     step = step_file["models"][model]["step"]
     tokens, passes = step["action_tokens"], step["passes_s"]
     played = agentic["episodes"] * agentic["steps"]
+    step_matmul = step_file["models"][model].get("cpu_matmul", UNNAMED_MATMUL)
+    target = matmul or step_matmul
+    scale = matmul_factor(step_matmul, target)
+    variants = {kind: agentic["variants"][f"{kind}:on"] for kind in ("grpo", "lopd")}
+    measured_paths = [("lopd_step.json", step_matmul), *((f"agentic_update.json's {kind}",
+                                                          v.get("cpu_matmul", UNNAMED_MATMUL))
+                                                         for kind, v in variants.items())]
     train = base["train_step"]
     eval_play = (PERF / "agentic_eval.json").exists() and read("agentic_eval.json").get(cfg.profile)
     # a measurement with the backend's own sampler: the check's recorded run (vLLM's sort, benchmarks apart) keeps
@@ -155,16 +179,19 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
         sandbox_s=rollout["grpo_step"]["reward_s"] / rollout["grpo_step"]["rollouts"],
         eval_scoring_s={b: e["scoring_s"] / e["rollouts"] for b, e in evals.items()},
         prefill_rate=rollout["prefill_tokens_per_s"],
-        student_s=passes["student"] / tokens, teacher_s=passes["teacher"] / tokens,
-        composer_s=passes["composer"] / tokens,
-        lopd_s=(step["lopd_update_s"] - step["grpo_update_s"] + passes["student"]) / tokens,
-        optimizer_s=max(0.0, step["grpo_update_s"] - passes["student"]),
-        agentic_update_s={kind: agentic["variants"][f"{kind}:on"]["update_s"] / played for kind in ("grpo", "lopd")},
+        student_s=scale * passes["student"] / tokens, teacher_s=scale * passes["teacher"] / tokens,
+        composer_s=scale * passes["composer"] / tokens,
+        lopd_s=scale * (step["lopd_update_s"] - step["grpo_update_s"] + passes["student"]) / tokens,
+        optimizer_s=scale * max(0.0, step["grpo_update_s"] - passes["student"]),
+        agentic_update_s={kind: matmul_factor(v.get("cpu_matmul", UNNAMED_MATMUL), target)
+                          * v["update_s"] / played for kind, v in variants.items()},
         startup_s=sum(startup["imports_s"].values()) / len(startup["imports_s"]) + startup["mlflow_s"],
         agentic_eval_episode_s=eval_episode_s,
         sources={"sampling": f"profile_rollouts.json ({entry['backend']}{', sampler ' + used if used else ''}, "
                              f"{entry['model']}, profile {entry['profile']})",
-                 "updates": f"lopd_step.json and agentic_update.json ({model})",
+                 "updates": f"lopd_step.json and agentic_update.json ({model}), float32 matmuls through {target}"
+                            + "".join(f"; {name} measured through {path}: x{matmul_factor(path, target):.2f}"
+                                      for name, path in measured_paths if path != target),
                  "start-up": "stage_startup.json"})
 
 
@@ -438,6 +465,11 @@ def check(predicted: dict[str, float]) -> dict:
     return {"recorded_run": recorded["written"], "tolerance": CHECK_TOLERANCE, "domains": domains}
 
 
+def recorded_matmul() -> str:
+    """The float32 matmul path the recorded default run's updates took, as its record says (scripts/wall_time.py)."""
+    return read("default_run_wall_time.json").get("cpu_matmul", UNNAMED_MATMUL)
+
+
 def recorded_sampler() -> str:
     """The CPU sampler the recorded default run sampled with, as its record says (scripts/wall_time.py)."""
     return read("default_run_wall_time.json").get("sampler", UNNAMED_SAMPLER)
@@ -515,14 +547,15 @@ def main() -> None:
     print(f"  {'learning race':<{width}} {sum(race.values()) / 3600:8.2f} h")
     if args.check:
         sampler = recorded_sampler()
-        as_recorded = cpu_costs(cfg, args.mean_tokens, args.eval_mean_tokens, sampler=sampler)
-        result = {**check(estimate(cfg, as_recorded, args.gpus)[0]), "sampler": sampler}
+        matmul = recorded_matmul()
+        as_recorded = cpu_costs(cfg, args.mean_tokens, args.eval_mean_tokens, sampler=sampler, matmul=matmul)
+        result = {**check(estimate(cfg, as_recorded, args.gpus)[0]), "sampler": sampler, "cpu_matmul": matmul}
         machine = machine_ratio()
         rescaled, _, _ = estimate(cfg, at_speed(as_recorded, machine["ratio"]), args.gpus)
         result["machine"] = {**machine, "note": "the same training batch, sampled here and in the recorded run"}
         result["at_recorded_machine_speed"] = check(rescaled)["domains"]
         (PERF / "estimate_check.json").write_text(json.dumps(result, indent=2) + "\n")
-        print(f"check: from the rates of the recorded run's sampler ({sampler})")
+        print(f"check: from the rates of the recorded run's sampler ({sampler}) and float32 matmul path ({matmul})")
         for domain, entry in result["domains"].items():
             print(f"check {domain}: estimated {entry['estimated_s'] / 3600:.2f} h, recorded "
                   f"{entry['recorded_s'] / 3600:.2f} h: x{entry['ratio']} "

@@ -154,3 +154,34 @@ def test_agentic_evaluations_take_the_measured_seconds_per_episode_played_togeth
         s: t for s, t in modelled.items() if "eval_agentic" not in s}
     assert estimate.cpu_costs(cfg, None, None, sampler="vocabulary_sort").agentic_eval_episode_s is None
     assert estimate.at_speed(costs, 2.0).agentic_eval_episode_s == pytest.approx(1.25)
+
+
+def test_updates_measured_through_another_matmul_path_are_scaled_by_cpu_jsons_ratio(estimate, tmp_path, monkeypatch):
+    """An update benchmark records its float32 matmul path (none: BLAS, before `model.cpu_matmul`); costed for another
+    path, its figures are scaled by the ratio of cpu.json's updates through the two; the sampling rates are not."""
+    for f in (REPO / "reports" / "perf").glob("*.json"):
+        shutil.copy(f, tmp_path)
+    monkeypatch.setattr(estimate, "PERF", tmp_path)
+    paths = {"fp32_blas": {"update_s": 80.0}, "fp32_onednn": {"update_s": 50.0}}
+    cpu_json = json.loads((tmp_path / "cpu.json").read_text())
+    (tmp_path / "cpu.json").write_text(json.dumps({**cpu_json, "update": {**cpu_json["update"], "paths": paths}}))
+    assert estimate.matmul_factor("onednn", "blas") == pytest.approx(1.6)
+    assert estimate.matmul_factor("blas", "blas") == 1.0
+    cfg = resolve({"profile": "cpu"})
+    for variant in ("grpo:on", "lopd:on"):
+        agentic = json.loads((tmp_path / "agentic_update.json").read_text())
+        agentic["variants"][variant]["cpu_matmul"] = "onednn"
+        (tmp_path / "agentic_update.json").write_text(json.dumps(agentic))
+    step = json.loads((tmp_path / "lopd_step.json").read_text())
+    step["models"][cfg.model.name]["cpu_matmul"] = "onednn"
+    (tmp_path / "lopd_step.json").write_text(json.dumps(step))
+    as_measured = estimate.cpu_costs(cfg, None, None)
+    as_blas = estimate.cpu_costs(cfg, None, None, matmul="blas")
+    for name in ("student_s", "teacher_s", "composer_s", "lopd_s", "optimizer_s"):
+        assert getattr(as_blas, name) == pytest.approx(1.6 * getattr(as_measured, name)), name
+    for kind in ("grpo", "lopd"):
+        assert as_blas.agentic_update_s[kind] == pytest.approx(1.6 * as_measured.agentic_update_s[kind]), kind
+    assert as_blas.train_rate == as_measured.train_rate
+    del step["models"][cfg.model.name]["cpu_matmul"]  # a measurement without the key took BLAS
+    (tmp_path / "lopd_step.json").write_text(json.dumps(step))
+    assert estimate.cpu_costs(cfg, None, None, matmul="onednn").student_s == pytest.approx(as_measured.student_s / 1.6)
