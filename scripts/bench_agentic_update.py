@@ -24,7 +24,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from lopd.core.config import REPO_ROOT
+from lopd.core.config import REPO_ROOT, load_config
 
 OUT = REPO_ROOT / "reports" / "perf" / "agentic_update.json"
 EPISODES, STEPS, ACTION_TOKENS, OBSERVATION_TOKENS = 8, 3, 64, 80
@@ -121,6 +121,7 @@ def main() -> None:
         print(json.dumps(run_variant(method, mode == "on")))
         return
     cap = int(args.cap_gb * 2**30)
+    model = load_config(REPO_ROOT / "params.yaml").model.name  # the variants' (run_variant reads the same file)
     results = {}
     for variant in args.variants:
         proc = subprocess.run([sys.executable, __file__, "--child", variant], capture_output=True, text=True,
@@ -135,7 +136,8 @@ def main() -> None:
             sys.exit(f"error: variant {variant} failed (exit {proc.returncode}): {last}")
         print(variant, results[variant], flush=True)
         OUT.parent.mkdir(parents=True, exist_ok=True)  # after every variant: a long run keeps what it measured
-        OUT.write_text(json.dumps({"episodes": EPISODES, "steps": STEPS, "action_tokens_per_step": ACTION_TOKENS,
+        OUT.write_text(json.dumps({"model": model, "episodes": EPISODES, "steps": STEPS,
+                                   "action_tokens_per_step": ACTION_TOKENS,
                                    "observation_tokens_per_step": OBSERVATION_TOKENS, "cap_gb": args.cap_gb,
                                    "variants": results}, indent=2) + "\n")
     print(f"wrote {OUT}")

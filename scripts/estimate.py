@@ -159,6 +159,9 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
     step = step_file["models"][model]["step"]
     tokens, passes = step["action_tokens"], step["passes_s"]
     played = agentic["episodes"] * agentic["steps"]
+    if agentic.get("model") != model:  # a file without the key predates it: the cpu profile's SmolLM2-135M then
+        sys.exit(f"error: reports/perf/agentic_update.json: measured on {agentic.get('model', 'an unnamed model')}, "
+                 f"not {model} (python scripts/bench_agentic_update.py)")
     step_matmul = step_file["models"][model].get("cpu_matmul", UNNAMED_MATMUL)
     target = matmul or step_matmul
     scale = matmul_factor(step_matmul, target)
