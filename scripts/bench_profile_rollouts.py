@@ -9,14 +9,20 @@ it, timed end to end (sampling and the sandbox's scoring):
 - eval: the first --eval-tasks tasks of each code benchmark with its protocol (prompt, stop strings, eval budget),
   those of one protocol in one call as the stage samples them (vLLM's rate grows with the prompts it runs together:
   the stage's whole benchmarks run faster than this sample); a benchmark's wall time is its share of the call's,
-  apportioned by the tokens it sampled (`call_sampling_s`: the call's), plus its own scoring.
+  apportioned by the tokens it sampled (`call_sampling_s`: the call's), plus its own scoring;
+- agentic_train_step: one agentic training step's episodes (`agentic.rollouts_per_step`: the first training tasks,
+  grpo.group_size episodes each, played in their environments as the stage plays them), with the backend's sampler
+  only: its seconds, policy steps and sampled tokens an episode, how long the episodes really run (their cap,
+  `agentic.max_steps`, is only a bound).
 Each records its wall time, sampled tokens and mean completion length: what a rollout costs and how long it is at the
 profile's budget, which the engines' token rates (rollout.json, gpu.json) do not say.
 On a CPU engine every part is measured twice in the run, side by side: with the backend's sampler (`top_k_first`,
 `top_k_top_p_cpu`) and, under `vocabulary_sort`, with vLLM's own, which runs recorded before it sampled with
 (`make estimate --check` compares such a run with the rates it sampled at). `same_sampled_tokens`: each part
 sampled as many tokens with both (the tokens themselves are compared in tests/test_vllm_backend.py).
-Run: python scripts/bench_profile_rollouts.py [--profile cpu] [--eval-tasks 64]  (15 minutes on 2 cores)
+`--parts` measures some parts only and keeps the profile's other parts as the file holds them.
+Run: python scripts/bench_profile_rollouts.py [--profile cpu] [--eval-tasks 64] [--parts code agentic]
+  (15 minutes on 2 cores)
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from lopd.core.models import load_tokenizer  # noqa: E402
 from lopd.core.rollout import greedy_params, make_backend, sampling_params  # noqa: E402
 from lopd.core.sampling import SamplingParams  # noqa: E402
 from lopd.core.vllm_backend import CPU_SAMPLER, VLLMBackend, vocabulary_sort_sampler  # noqa: E402
-from pipelines.common import BASE_MODEL_DIR, run_stage  # noqa: E402
+from pipelines.common import BASE_MODEL_DIR, for_domain, run_stage, training_domain  # noqa: E402
 from pipelines.domains.code import training_tasks  # noqa: E402
 from pipelines.evaluate import NotAvailable, code_benchmark, evaluate_together, protocol_groups  # noqa: E402
 
@@ -95,6 +101,27 @@ def measure_parts(cfg, backend, tokenizer) -> dict:
     return parts
 
 
+def measure_agentic_step(cfg, backend, tokenizer) -> dict:
+    """One agentic training step's episodes, played as the loop's train_step plays them (its prefix cache emptied
+    first)."""
+    if isinstance(backend, VLLMBackend):
+        backend.llm.reset_prefix_cache()
+    agentic = for_domain(cfg, "agentic")
+    group = agentic.section(GRPOConfig).group_size
+    with training_domain(agentic, "agentic") as split:
+        tasks = split.tasks[:agentic.train.rollouts_per_step // group]
+        start = time.perf_counter()
+        played = split.collect(backend, tokenizer, tasks, sampling_params(agentic, agentic.sampling.max_new_tokens),
+                               agentic.seed, group)
+        wall_s = time.perf_counter() - start
+    steps, tokens = sum(len(t.turns) for t in played), sum(t.num_action_tokens for t in played)
+    return {"episodes": len(played), "wall_s": round(wall_s, 1), "policy_steps": steps, "sampled_tokens": tokens,
+            "seconds_per_episode": round(wall_s / len(played), 2), "mean_steps": round(steps / len(played), 2),
+            "mean_step_tokens": round(tokens / steps, 1),
+            "mean_first_context_tokens": round(sum(len(t.turns[0].context_ids) for t in played) / len(played), 1),
+            "mean_sequence_tokens": round(sum(len(t.token_ids) for t in played) / len(played), 1)}
+
+
 def sampled_tokens(parts: dict) -> list[int]:
     return [parts["train_step"]["sampled_tokens"], parts["validation"]["sampled_tokens"],
             *(e["sampled_tokens"] for e in parts["eval"].values() if isinstance(e, dict))]
@@ -106,6 +133,9 @@ def main() -> None:
     parser.add_argument("--eval-tasks", type=int, default=64,
                         help="tasks per code benchmark, sampled at once as the evaluation does (the concurrency sets "
                              "the rate)")
+    parser.add_argument("--parts", nargs="+", choices=("code", "agentic"), default=["code", "agentic"],
+                        help="code: train_step, validation and eval (with both CPU samplers); agentic: "
+                             "agentic_train_step")
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args()
     if not (BASE_MODEL_DIR / "config.json").exists():
@@ -119,14 +149,17 @@ def main() -> None:
     cpu_engine = isinstance(backend, VLLMBackend) and not backend.cuda
     if cpu_engine:
         result["sampler"] = CPU_SAMPLER
-    result.update(measure_parts(cfg, backend, tokenizer))
-    if cpu_engine:
-        with vocabulary_sort_sampler():
-            result["vocabulary_sort"] = measure_parts(cfg, backend, tokenizer)
-        result["same_sampled_tokens"] = sampled_tokens(result) == sampled_tokens(result["vocabulary_sort"])
+    if "code" in args.parts:
+        result.update(measure_parts(cfg, backend, tokenizer))
+        if cpu_engine:
+            with vocabulary_sort_sampler():
+                result["vocabulary_sort"] = measure_parts(cfg, backend, tokenizer)
+            result["same_sampled_tokens"] = sampled_tokens(result) == sampled_tokens(result["vocabulary_sort"])
+    if "agentic" in args.parts:
+        result["agentic_train_step"] = measure_agentic_step(cfg, backend, tokenizer)
     out = Path(args.out)
     entries = json.loads(out.read_text()) if out.exists() else {}
-    entries[cfg.profile] = result
+    entries[cfg.profile] = {**entries.get(cfg.profile, {}), **result}  # the parts not measured stay as they were
     out.write_text(json.dumps(entries, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 

@@ -4,10 +4,11 @@ a machine, before a long run, and of the learning race (`make learn`).
 Every rate is a benchmark's, from reports/perf/ (never a recorded stage time: those are the check, `--check`):
 - profile_rollouts.json (scripts/bench_profile_rollouts.py): one training step's rollouts, one validation point and
   each code benchmark's first tasks at the profile's own settings on its model and engine, scored: their effective
-  tokens/s (long tails included) and mean lengths;
+  tokens/s (long tails included) and mean lengths; one agentic training step's episodes: their seconds, steps, tokens
+  and sequence length;
 - rollout.json (`make bench-rollout`): the engine's prompt prefill and multi-turn rates (agentic episodes);
 - lopd_step.json: an update's passes per action token (student, LOPD's teacher and composer) and a whole GRPO and LOPD
-  update; agentic_update.json: updates on agentic episodes; tool_calls.json: agentic episode lengths and success;
+  update; agentic_update.json: updates on agentic episodes (per sequence token); tool_calls.json: agentic success;
   stage_startup.json: a stage's start-up; agentic_eval.json (scripts/bench_agentic_eval.py): an agentic
   evaluation's seconds per episode, its benchmarks played together as the stage plays them (where the profile has one;
   else from the episode lengths and the training rate);
@@ -85,8 +86,11 @@ class Costs:
     optimizer_s: float
     """One optimizer step."""
     agentic_update_s: dict[str, float]
-    """Per played episode step: grpo (the student alone) and lopd."""
+    """Per sequence token of a trained episode: grpo (the student alone) and lopd."""
     startup_s: float
+    agentic_train_episode_s: float | None = None
+    """Seconds per episode of an agentic training step, as profile_rollouts.json measured one with the backend's
+    sampler; None (another sampler's rates): from the episode lengths and the training rate."""
     agentic_eval_episode_s: float | None = None
     """Seconds per episode of an agentic evaluation, as agentic_eval.json measured the stage playing the profile's
     benchmarks together; None: from the episode lengths and the training rate."""
@@ -158,7 +162,6 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
     evals = {b: e for b, e in base["eval"].items() if isinstance(e, dict)}
     step = step_file["models"][model]["step"]
     tokens, passes = step["action_tokens"], step["passes_s"]
-    played = agentic["episodes"] * agentic["steps"]
     if agentic.get("model") != model:  # a file without the key predates it: the cpu profile's SmolLM2-135M then
         sys.exit(f"error: reports/perf/agentic_update.json: measured on {agentic.get('model', 'an unnamed model')}, "
                  f"not {model} (python scripts/bench_agentic_update.py)")
@@ -187,8 +190,10 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
         lopd_s=scale * (step["lopd_update_s"] - step["grpo_update_s"] + passes["student"]) / tokens,
         optimizer_s=scale * max(0.0, step["grpo_update_s"] - passes["student"]),
         agentic_update_s={kind: matmul_factor(v.get("cpu_matmul", UNNAMED_MATMUL), target)
-                          * v["update_s"] / played for kind, v in variants.items()},
+                          * v["update_s"] / sum(v["sequence_tokens"]) for kind, v in variants.items()},
         startup_s=sum(startup["imports_s"].values()) / len(startup["imports_s"]) + startup["mlflow_s"],
+        agentic_train_episode_s=(entry.get("agentic_train_step") or {}).get("seconds_per_episode") if sampler is None
+        else None,
         agentic_eval_episode_s=eval_episode_s,
         sources={"sampling": f"profile_rollouts.json ({entry['backend']}{', sampler ' + used if used else ''}, "
                              f"{entry['model']}, profile {entry['profile']})",
@@ -232,6 +237,7 @@ def gpu_costs(cfg: Config, gpu: str, cpu: Costs) -> Costs:
         prefill_rate=cpu.prefill_rate * sampling, student_s=grpo_s, teacher_s=cpu.teacher_s / speedup,
         composer_s=cpu.composer_s / speedup, lopd_s=lopd_s, optimizer_s=0.0,
         agentic_update_s={k: v / speedup for k, v in cpu.agentic_update_s.items()}, startup_s=cpu.startup_s,
+        agentic_train_episode_s=cpu.agentic_train_episode_s and cpu.agentic_train_episode_s / sampling,
         agentic_eval_episode_s=cpu.agentic_eval_episode_s and cpu.agentic_eval_episode_s / sampling,
         sources={"sampling": f"this CPU's, x{sampling:.0f}: {engine} on {name} (gpu.json, {architecture}, random "
                              f"weights) over vllm on this CPU (rollout.json)",
@@ -290,24 +296,28 @@ def agentic_counts(cfg: Config) -> dict[str, int]:
 
 @dataclass
 class Episodes:
-    """An agentic episode as the benchmarks measured it on the profile's model."""
+    """An agentic training episode as the benchmarks measured it on the profile's model."""
 
     steps: float
     step_tokens: float
     context_tokens: float
+    """The first prompt (tool list included)."""
+    sequence_tokens: float
+    """The whole episode as the update reads it: prompt, actions and observations."""
     success: float
 
 
 def episodes(cfg: Config) -> Episodes:
-    """Episodes run to `agentic.max_steps` (no benchmark measures how many steps they play: tool_calls.json plays one,
-    and 23 of its 24 episodes ended at that cap); steps and contexts as bench_agentic_update.py's episodes."""
-    tools, agentic = read("tool_calls.json"), read("agentic_update.json")
-    ended = tools["episodes"]["ended"]
-    sequences = agentic["variants"]["grpo:on"]["sequence_tokens"]  # after `steps` steps of action + observation
-    context = sum(sequences) / len(sequences) - agentic["steps"] * (agentic["action_tokens_per_step"]
-                                                                    + agentic["observation_tokens_per_step"])
-    return Episodes(cfg.agentic.max_steps, min(cfg.agentic.max_step_tokens, agentic["action_tokens_per_step"]),
-                    context, ended.get("completed", 0) / sum(ended.values()))
+    """Steps, tokens and sequence as profile_rollouts.json's agentic training step played them (the profile's entry,
+    else the cpu profile's); the success rate tool_calls.json's."""
+    profiles = read("profile_rollouts.json")
+    played = (profiles.get(cfg.profile) or profiles["cpu"]).get("agentic_train_step")
+    if played is None:
+        sys.exit(f"error: reports/perf/profile_rollouts.json: no agentic_train_step for profile {cfg.profile} (run "
+                 f"python scripts/bench_profile_rollouts.py --profile {cfg.profile} --parts agentic)")
+    ended = read("tool_calls.json")["episodes"]["ended"]
+    return Episodes(played["mean_steps"], played["mean_step_tokens"], played["mean_first_context_tokens"],
+                    played["mean_sequence_tokens"], ended.get("completed", 0) / sum(ended.values()))
 
 
 def train_stage(method: str) -> str:
@@ -373,8 +383,9 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
         stage(f"eval@{method}", eval_s)
     stage("eval_base_composer", eval_s + eval_tasks * composer_forward)
 
-    # An episode samples each step's tokens and reads its context once (prefix caching keeps what it has read).
-    episode_s = episode.steps * episode.step_tokens / c.train_rate + episode.context_tokens / c.prefill_rate
+    # Measured, or: an episode samples each step's tokens and reads its context once (prefix caching keeps it).
+    episode_s = c.agentic_train_episode_s or (episode.steps * episode.step_tokens / c.train_rate
+                                              + episode.context_tokens / c.prefill_rate)
     bank_episodes = min(agentic["train_tasks"], a.bank_task_limit or agentic["train_tasks"]) * a.bank_samples_per_task
     stage("build_bank_agentic", bank_episodes * episode_s)
     stage("build_pool_agentic")
@@ -389,7 +400,7 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
             continue
         kind = "lopd" if method == "lopd" else "grpo"
         teacher = c.update_s(method) / c.student_s if kind == "grpo" else 1.0  # a text teacher's share on top
-        update = shares["agentic"][method] * episode.steps * c.agentic_update_s[kind] * teacher
+        update = shares["agentic"][method] * episode.sequence_tokens * c.agentic_update_s[kind] * teacher
         stage(name, a.steps * a.rollouts_per_step * (episode_s + update))
     played = sum(agentic[name] for name in a.benchmarks)
     eval_episode_s = c.agentic_eval_episode_s or episode_s
@@ -401,9 +412,11 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
     assumptions = [
         f"training rollouts: {c.train_tokens:.0f} tokens on average; evaluation: "
         + ", ".join(f"{b} {t:.0f}" for b, t in c.eval_tokens.items()),
-        f"agentic episodes: {episode.steps:.0f} steps (agentic.max_steps: unmeasured) of {episode.step_tokens:.0f} "
-        f"tokens, contexts of {episode.context_tokens:.0f} tokens (agentic_update.json), {episode.success:.0%} "
-        "succeed (tool_calls.json)",
+        f"agentic training episodes: {episode.steps:.1f} steps of {episode.step_tokens:.0f} tokens after a "
+        f"{episode.context_tokens:.0f}-token prompt, {episode.sequence_tokens:.0f} tokens in all, "
+        + (f"{c.agentic_train_episode_s:.1f} s each (profile_rollouts.json)" if c.agentic_train_episode_s else
+           "at the training rate (profile_rollouts.json's lengths)")
+        + f"; {episode.success:.0%} succeed (tool_calls.json)",
         "agentic evaluations: " + (f"{c.agentic_eval_episode_s:.1f} s an episode, the benchmarks played together "
                                    "(agentic_eval.json)" if c.agentic_eval_episode_s else
                                    "the episodes above at the training rate"),
@@ -509,6 +522,8 @@ def at_speed(costs: Costs, factor: float) -> Costs:
                                validation_rate=costs.validation_rate * factor,
                                eval_rate={b: r * factor for b, r in costs.eval_rate.items()},
                                prefill_rate=costs.prefill_rate * factor,
+                               agentic_train_episode_s=costs.agentic_train_episode_s and
+                               costs.agentic_train_episode_s / factor,
                                agentic_eval_episode_s=costs.agentic_eval_episode_s and
                                costs.agentic_eval_episode_s / factor)
 
