@@ -138,8 +138,6 @@ def main() -> None:
                              "agentic_train_step")
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args()
-    if not (BASE_MODEL_DIR / "config.json").exists():
-        sys.exit(f"error: {BASE_MODEL_DIR.relative_to(REPO)}: no prepared model (run: dvc repro prepare_model)")
     cfg = resolve({"profile": args.profile, "eval": {"task_limit": args.eval_tasks}})
     tokenizer = load_tokenizer(BASE_MODEL_DIR)
     backend = make_backend(BASE_MODEL_DIR, tokenizer, cfg, cfg.sampling.batch_size)

@@ -92,8 +92,6 @@ def main() -> None:
     parser.add_argument("--counts", type=int, nargs="+", default=[32, 64, 96])
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args()
-    if not (BASE_MODEL_DIR / "config.json").exists():
-        sys.exit(f"error: {BASE_MODEL_DIR.relative_to(REPO)}: no prepared model (run: dvc repro prepare_model)")
     cfg = resolve({"profile": args.profile})
     tokenizer = load_tokenizer(BASE_MODEL_DIR)
     backend = make_backend(BASE_MODEL_DIR, tokenizer, cfg, cfg.sampling.batch_size)
