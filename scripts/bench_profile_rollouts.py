@@ -114,7 +114,7 @@ def measure_agentic_step(cfg, backend, tokenizer) -> dict:
         played = split.collect(backend, tokenizer, tasks, sampling_params(agentic, agentic.sampling.max_new_tokens),
                                agentic.seed, group)
         wall_s = time.perf_counter() - start
-    steps, tokens = sum(len(t.turns) for t in played), sum(t.num_action_tokens for t in played)
+    steps, tokens = sum(t.behaviour.steps for t in played), sum(t.num_action_tokens for t in played)
     return {"episodes": len(played), "wall_s": round(wall_s, 1), "policy_steps": steps, "sampled_tokens": tokens,
             "seconds_per_episode": round(wall_s / len(played), 2), "mean_steps": round(steps / len(played), 2),
             "mean_step_tokens": round(tokens / steps, 1),
