@@ -7,16 +7,18 @@ Every rate is a benchmark's, from reports/perf/ (never a recorded stage time: th
   tokens/s (long tails included) and mean lengths; one agentic training step's episodes: their seconds, steps, tokens
   and sequence length;
 - rollout.json (`make bench-rollout`): the engine's prompt prefill and multi-turn rates (agentic episodes);
-- lopd_step.json: an update's passes per action token (student, LOPD's teacher and composer) and a whole GRPO and LOPD
-  update; agentic_update.json: updates on agentic episodes (per sequence token); tool_calls.json: agentic success;
-  stage_startup.json: a stage's start-up; agentic_eval.json (scripts/bench_agentic_eval.py): an agentic
+- lopd_step.json: a whole GRPO and LOPD update per trained action token (the first update of a process, less its
+  first AdamW step) and the passes of LOPD's teacher and composer; cpu.json (`make bench`): an AdamW step, the first
+  and a later one; agentic_update.json: updates on agentic episodes (per sequence token); tool_calls.json: agentic
+  success; stage_startup.json: a stage's start-up; agentic_eval.json (scripts/bench_agentic_eval.py): an agentic
   evaluation's seconds per episode, its benchmarks played together as the stage plays them (where the profile has one;
   else from the episode lengths and the training rate);
 - on a GPU (GPU=h100|h200), gpu.json from `make bench-gpu` on that GPU: the CPU's sampling rates are scaled by the
   measured engine speed-up (its decode engine's tokens/s over the CPU engine's, rollout.json) and the update costs by
   its GRPO and LOPD update rates; the sandbox and start-up stay the CPU's.
 A stage's time is its start-up plus its work: rollouts x mean tokens / the effective rate, plus the sandbox's scoring,
-plus each update's trained action tokens x its measured seconds per token, plus one optimizer step per step. The work
+plus each update's trained action tokens x its measured seconds per token, plus one optimizer step per step (the first
+once a stage: it allocates AdamW's state). A step whose rollouts carry no gradient costs its optimizer step. The work
 is counted from the profile's config and its data; every assumption is printed. GPUS=N processes split each stage's
 rollouts and updates evenly (the launcher's data parallelism); start-up does not shrink.
 `--check` compares the estimate with reports/perf/default_run_wall_time.json (the recorded default run: the cpu
@@ -35,6 +37,8 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -76,15 +80,18 @@ class Costs:
     prefill_rate: float
     """Prompt tokens/s (agentic contexts)."""
     student_s: float
-    """The student's forward + backward, per trained action token."""
+    """A GRPO update per trained action token: the student's forward and backward with the loss and its diagnostics
+    (entropy, sampler gap), all of which run per trained micro-batch."""
     teacher_s: float
     """LOPD's teacher pass (forward + backward to its latent inputs), per action token."""
     composer_s: float
     """The composer's pass with backward, per action token of the trajectories it serves."""
     lopd_s: float
-    """A whole LOPD update's passes, per action token."""
+    """A whole LOPD update, per action token."""
     optimizer_s: float
     """One optimizer step."""
+    first_optimizer_s: float
+    """What a stage's first optimizer step costs beyond `optimizer_s` (it allocates AdamW's state)."""
     agentic_update_s: dict[str, float]
     """Per sequence token of a trained episode: grpo (the student alone) and lopd."""
     startup_s: float
@@ -145,8 +152,9 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
     """This CPU's costs from the benchmarks. `sampler`: the rates of that CPU sampler (None: the backend's own).
     `matmul`: the float32 matmul path updates are costed for (None: lopd_step.json's, the path the stages take on the
     benchmarks' machine); an update measured through another path is scaled by `matmul_factor`."""
-    profiles, rollout, step_file, agentic, startup = (read(n) for n in (
-        "profile_rollouts.json", "rollout.json", "lopd_step.json", "agentic_update.json", "stage_startup.json"))
+    profiles, rollout, step_file, agentic, startup, cpu = (read(n) for n in (
+        "profile_rollouts.json", "rollout.json", "lopd_step.json", "agentic_update.json", "stage_startup.json",
+        "cpu.json"))
     measured = profiles.get(cfg.profile)
     if measured is None and (mean_tokens is None or eval_mean_tokens is None):
         sys.exit(f"error: reports/perf/profile_rollouts.json: no entry for profile {cfg.profile} (run python "
@@ -162,6 +170,8 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
     evals = {b: e for b, e in base["eval"].items() if isinstance(e, dict)}
     step = step_file["models"][model]["step"]
     tokens, passes = step["action_tokens"], step["passes_s"]
+    adamw = cpu["adamw"]["fused"]  # the loop's AdamW on CPU (lopd.core.loop.policy_optimizer); memory-bound
+    first_update = {kind: step[f"{kind}_update_s"] - adamw["first_step_s"] for kind in ("grpo", "lopd")}
     if agentic.get("model") != model:  # a file without the key predates it: the cpu profile's SmolLM2-135M then
         sys.exit(f"error: reports/perf/agentic_update.json: measured on {agentic.get('model', 'an unnamed model')}, "
                  f"not {model} (python scripts/bench_agentic_update.py)")
@@ -185,10 +195,9 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
         sandbox_s=rollout["grpo_step"]["reward_s"] / rollout["grpo_step"]["rollouts"],
         eval_scoring_s={b: e["scoring_s"] / e["rollouts"] for b, e in evals.items()},
         prefill_rate=rollout["prefill_tokens_per_s"],
-        student_s=scale * passes["student"] / tokens, teacher_s=scale * passes["teacher"] / tokens,
-        composer_s=scale * passes["composer"] / tokens,
-        lopd_s=scale * (step["lopd_update_s"] - step["grpo_update_s"] + passes["student"]) / tokens,
-        optimizer_s=scale * max(0.0, step["grpo_update_s"] - passes["student"]),
+        student_s=scale * first_update["grpo"] / tokens, teacher_s=scale * passes["teacher"] / tokens,
+        composer_s=scale * passes["composer"] / tokens, lopd_s=scale * first_update["lopd"] / tokens,
+        optimizer_s=adamw["step_s"], first_optimizer_s=adamw["first_step_s"] - adamw["step_s"],
         agentic_update_s={kind: matmul_factor(v.get("cpu_matmul", UNNAMED_MATMUL), target)
                           * v["update_s"] / sum(v["sequence_tokens"]) for kind, v in variants.items()},
         startup_s=sum(startup["imports_s"].values()) / len(startup["imports_s"]) + startup["mlflow_s"],
@@ -197,7 +206,8 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
         agentic_eval_episode_s=eval_episode_s,
         sources={"sampling": f"profile_rollouts.json ({entry['backend']}{', sampler ' + used if used else ''}, "
                              f"{entry['model']}, profile {entry['profile']})",
-                 "updates": f"lopd_step.json and agentic_update.json ({model}), float32 matmuls through {target}"
+                 "updates": f"lopd_step.json and agentic_update.json ({model}), float32 matmuls through {target}; "
+                            f"AdamW steps: cpu.json ({adamw['step_s']} s, the first {adamw['first_step_s']} s)"
                             + "".join(f"; {name} measured through {path}: x{matmul_factor(path, target):.2f}"
                                       for name, path in measured_paths if path != target),
                  "start-up": "stage_startup.json"})
@@ -236,6 +246,7 @@ def gpu_costs(cfg: Config, gpu: str, cpu: Costs) -> Costs:
         eval_tokens=cpu.eval_tokens, sandbox_s=cpu.sandbox_s, eval_scoring_s=cpu.eval_scoring_s,
         prefill_rate=cpu.prefill_rate * sampling, student_s=grpo_s, teacher_s=cpu.teacher_s / speedup,
         composer_s=cpu.composer_s / speedup, lopd_s=lopd_s, optimizer_s=0.0,
+        first_optimizer_s=0.0,
         agentic_update_s={k: v / speedup for k, v in cpu.agentic_update_s.items()}, startup_s=cpu.startup_s,
         agentic_train_episode_s=cpu.agentic_train_episode_s and cpu.agentic_train_episode_s / sampling,
         agentic_eval_episode_s=cpu.agentic_eval_episode_s and cpu.agentic_eval_episode_s / sampling,
@@ -367,7 +378,8 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
         steps, rollouts = training_steps(cfg, method), cfg.train.rollouts_per_step
         points = validation_points(cfg, method)
         trained = rollouts * shares["code"][method] * c.train_tokens
-        work = steps * (step_sampling(rollouts) + c.optimizer_s + trained * c.update_s(method)) + points * validation_s
+        work = (steps * (step_sampling(rollouts) + c.optimizer_s + trained * c.update_s(method)) + c.first_optimizer_s
+                + points * validation_s)
         if method == "skill_sd":  # a skill summary per rollout group after every step
             skill_sd = cfg.section(SkillSDConfig)
             work += steps * rollouts / skill_sd.group_size * skill_sd.summary_tokens / c.train_rate
@@ -453,7 +465,7 @@ def estimate_learn(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str,
         update = learn.rollouts_per_step * trained * tokens * c.update_s(run.method) + c.optimizer_s
         points = math.ceil(steps / learn.eval_every)  # step 0 is learn_select's
         stage_s[f"learn@{name}"] = c.startup_s + share * (steps * (learn.rollouts_per_step * per_sample + update)
-                                                           + points * measure_s)
+                                                           + c.first_optimizer_s + points * measure_s)
     stage_s["learn_report"] = c.startup_s
     assumptions = [f"race rollouts and measurement samples: {tokens:.0f} tokens on average (the training mean, capped "
                    f"at learn.max_new_tokens), sampled at the training rate",
@@ -501,6 +513,17 @@ def machine_ratio() -> dict:
     return {"bench_s": bench["wall_s"], "recorded_s": round(recorded_s, 1),
             "bench_mean_tokens": bench["mean_tokens"], "recorded_mean_tokens": first["completions/mean_length"],
             "ratio": round(bench["wall_s"] / recorded_s, 3)}
+
+
+def recorded_config(profile: str) -> Config:
+    """The config the recorded default run ran: params.yaml at the commit of its last stage (default_run_wall_time.json;
+    its stages' commits all resolve alike), under `profile`'s composition. Like with like: params changed since
+    (e.g. data.validation_tasks 32 -> 96) change the estimate of a run to come, not of the one recorded."""
+    stages = read("default_run_wall_time.json")["stages"].values()
+    commit = max(stages, key=lambda entry: entry["finished"])["commit"]
+    text = subprocess.run(["git", "show", f"{commit}:params.yaml"], cwd=REPO, capture_output=True, text=True,
+                          check=True).stdout
+    return resolve({**yaml.safe_load(text), "profile": profile})
 
 
 def recorded_grpo_history() -> str:
@@ -566,14 +589,17 @@ def main() -> None:
     if args.check:
         sampler = recorded_sampler()
         matmul = recorded_matmul()
-        as_recorded = cpu_costs(cfg, args.mean_tokens, args.eval_mean_tokens, sampler=sampler, matmul=matmul)
-        result = {**check(estimate(cfg, as_recorded, args.gpus)[0]), "sampler": sampler, "cpu_matmul": matmul}
+        ran = recorded_config(cfg.profile)
+        as_recorded = cpu_costs(ran, args.mean_tokens, args.eval_mean_tokens, sampler=sampler, matmul=matmul)
+        result = {**check(estimate(ran, as_recorded, args.gpus)[0]), "sampler": sampler, "cpu_matmul": matmul,
+                  "validation_tasks": ran.data.validation_tasks}
         machine = machine_ratio()
-        rescaled, _, _ = estimate(cfg, at_speed(as_recorded, machine["ratio"]), args.gpus)
+        rescaled, _, _ = estimate(ran, at_speed(as_recorded, machine["ratio"]), args.gpus)
         result["machine"] = {**machine, "note": "the same training batch, sampled here and in the recorded run"}
         result["at_recorded_machine_speed"] = check(rescaled)["domains"]
         (PERF / "estimate_check.json").write_text(json.dumps(result, indent=2) + "\n")
-        print(f"check: from the rates of the recorded run's sampler ({sampler}) and float32 matmul path ({matmul})")
+        print(f"check: the recorded run's params ({ran.data.validation_tasks} validation tasks), from the rates of its "
+              f"sampler ({sampler}) and float32 matmul path ({matmul})")
         for domain, entry in result["domains"].items():
             print(f"check {domain}: estimated {entry['estimated_s'] / 3600:.2f} h, recorded "
                   f"{entry['recorded_s'] / 3600:.2f} h: x{entry['ratio']} "
