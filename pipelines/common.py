@@ -16,7 +16,7 @@ import signal
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from evaluation.coding.code_blocks import extract_code
 from lopd.core import registry
@@ -32,7 +32,7 @@ from lopd.core.tracking import Tracker
 
 if TYPE_CHECKING:
     from lopd.core.methods import Method
-    from lopd.core.rollout import TrainingSplit
+    from lopd.core.rollout import Task, TrainingSplit
 
 BASE_MODEL_DIR = REPO_ROOT / "models" / "base"
 BANK_DIR = REPO_ROOT / "bank"
@@ -93,8 +93,8 @@ def domain_module(domain: str) -> str:
     return f"pipelines.domains.{domain}"
 
 
-DOMAIN_STAGES = ("pipelines.train", "pipelines.build_bank", "pipelines.cold_start", "pipelines.learn_select",
-                 "pipelines.learn_race")
+DOMAIN_STAGES = ("pipelines.train", "pipelines.validate_base", "pipelines.build_bank", "pipelines.cold_start",
+                 "pipelines.learn_select", "pipelines.learn_race")
 """The CLIs that read their domain's training tasks through `training_domain` (by name, so the scan needs telling)."""
 METHOD_STAGES = ("pipelines.train",)
 """The CLIs that build their `--method` through the registry (by name)."""
@@ -179,6 +179,30 @@ def training_domain(cfg: Config, domain: str) -> Iterator[TrainingSplit]:
     validation tasks."""
     with importlib.import_module(domain_module(domain)).training_tasks(cfg) as split:
         yield split
+
+
+def base_validation_measurement(cfg: Config, validation: Sequence[Task], processes: int) -> dict[str, Any]:
+    """How a code training run measures its validation points, besides the weights (greedy: no seed draws): the base
+    model's point (BASE_VALIDATION) is its step 0 only where it was measured alike. `processes`: each plays its share
+    of the tasks, and the per-task scores come in the order of the shares."""
+    return {"model": cfg.model.name, "decoding": "greedy", "max_new_tokens": cfg.sampling.max_new_tokens,
+            "tasks": [task.task_id for task in validation], "processes": processes}
+
+
+def base_validation_file() -> Path:
+    """The base model's validation point (stage validate_base): the step 0 of every code training run."""
+    return DOMAINS["code"].results / "validation" / "base.json"
+
+
+def base_validation_step0(cfg: Config, validation: Sequence[Task], processes: int) -> dict[str, Any] | None:
+    """The base model's validation point where stage validate_base measured it as this run would (its file says how),
+    else None (no file, or measured otherwise): the run measures its own step 0."""
+    path = base_validation_file()
+    if not path.exists():
+        return None
+    recorded = read_json(path)
+    return recorded["step0"] if recorded["measurement"] == base_validation_measurement(cfg, validation, processes) \
+        else None
 
 
 def build_method(name: str, cfg: Config, domain: str = "code") -> Method:

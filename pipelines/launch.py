@@ -19,8 +19,8 @@ import sys
 
 from lopd.core.config import REPO_ROOT, ConfigError, LaunchConfig, load_config, process_split_error
 
-MULTI_PROCESS = ("train", "build_bank", "cold_start", "evaluate", "evaluate_agentic", "evaluate_base_composer",
-                 "evaluate_agentic_base_composer", "learn_race")
+MULTI_PROCESS = ("train", "validate_base", "build_bank", "cold_start", "evaluate", "evaluate_agentic",
+                 "evaluate_base_composer", "evaluate_agentic_base_composer", "learn_race")
 """Stage CLIs that split their work over the processes (rollouts, batches, benchmark tasks, episodes); process 0
 writes the outputs."""
 ONE_PROCESS = {"latent_decode": "a short diagnostic: LM-head projections of 20 tasks' latents",

@@ -110,8 +110,8 @@ def main() -> None:
         try:
             result = train(run_cfg, method, held_in, collect, BASE_MODEL_DIR, checkpoint, tracker,
                            stage_modules("pipelines.learn_race", domain="code"), held_in,
-                           SampledValidation(cfg.learn.eval_samples, cfg.learn.eval_seed,
-                                             reusable_step0(selection, cfg.learn)))
+                           SampledValidation(cfg.learn.eval_samples, cfg.learn.eval_seed),
+                           reusable_step0(selection, cfg.learn))
         except (FileNotFoundError, MethodInputError, ProcessSplitError) as err:  # e.g. a missing upstream output
             sys.exit(f"error: {err}")
         if not PartialState().is_main_process:  # one process writes the run's outputs

@@ -22,6 +22,8 @@ from pipelines.common import (
     DOMAIN_ARG,
     DOMAINS,
     METHOD_ARG,
+    base_validation_file,
+    base_validation_step0,
     build_method,
     check_writable,
     for_domain,
@@ -70,8 +72,13 @@ def main() -> None:
           training_domain(cfg, args.domain) as (tasks, collect, source, validation)):
         start = time.perf_counter()
         try:
+            step0 = base_validation_step0(cfg, validation, PartialState().num_processes) \
+                if validation and method.trains else None
+            if validation and method.trains and step0 is None and PartialState().is_main_process:
+                print(f"{base_validation_file()}: no base model point measured as this run measures: it measures its "
+                      "own step 0")
             result = train(cfg, method, tasks, collect, BASE_MODEL_DIR, domain.checkpoints / method.name, tracker,
-                           stage_modules("pipelines.train", domain=args.domain), validation)
+                           stage_modules("pipelines.train", domain=args.domain), validation, step0=step0)
         except (FileNotFoundError, MethodInputError, ProcessSplitError) as err:  # e.g. a missing upstream output
             sys.exit(f"error: {err}")
         if not PartialState().is_main_process:  # one process writes the run's outputs

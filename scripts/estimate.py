@@ -342,10 +342,11 @@ def training_steps(cfg: Config, method: str) -> int:
 
 
 def validation_points(cfg: Config, method: str) -> int:
-    """How often `method`'s code training validates: at step 0, every train.val_every steps and the last."""
+    """How often `method`'s code training validates: every train.val_every steps and the last (step 0 is the base
+    model's, stage validate_base's)."""
     if not cfg.data.validation_tasks:
         return 0
-    return math.ceil(training_steps(cfg, method) / cfg.train.val_every) + 1
+    return math.ceil(training_steps(cfg, method) / cfg.train.val_every)
 
 
 def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float], dict[str, int], list[str]]:
@@ -370,6 +371,7 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
     composer_forward = c.composer_s * c.train_tokens * TEACHER_FORWARD_SHARE  # one task's latent context
 
     stage("prepare_model")
+    stage("validate_base", validation_s if cfg.data.validation_tasks else 0.0)
     for method in cfg.methods:
         name = train_stage(method)
         if method == "vanilla":
@@ -433,7 +435,8 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
                                    "(agentic_eval.json)" if c.agentic_eval_episode_s else
                                    "the episodes above at the training rate"),
         f"trained rollouts: {share_note}",
-        f"validation: {cfg.data.validation_tasks} tasks at step 0, every {cfg.train.val_every} steps and the last",
+        f"validation: {cfg.data.validation_tasks} tasks every {cfg.train.val_every} steps and the last, step 0 once "
+        "for all methods (validate_base)",
         f"a forward pass alone: {TEACHER_FORWARD_SHARE:.2f} of the measured pass with backward (text-context "
         "teachers, the composer at evaluation and for anchors)",
         f"cold start: {cfg.cold_start.steps} steps of {cfg.cold_start.batch_size} bank entries; agentic bank: "

@@ -57,9 +57,9 @@ RACE = {name for name, _, _ in STAGES if name.startswith("pipelines/learn/dvc.ya
                                  "latent_decode", "eval_base_composer", "eval_agentic_base_composer"} | RACE),
     # one baseline's file marks only that baseline's training (and the race)
     ("baselines/sdpo.py", {"train@sdpo", "train_agentic@sdpo"} | RACE),
-    # the loop marks every training stage, and nothing that does not train but the race's measurement of step 0
+    # the loop marks every training stage, and nothing that does not train but the measurements of step 0
     ("lopd/core/loop.py", {name for name, _, _ in STAGES if name.split("@")[0] in ("train", "train_agentic")}
-     | {"train_lopd", "train_lopd_agentic", "pipelines/learn/dvc.yaml:learn_select"} | RACE),
+     | {"train_lopd", "train_lopd_agentic", "validate_base", "pipelines/learn/dvc.yaml:learn_select"} | RACE),
     # the BFCL harness marks only the agentic evaluations
     ("evaluation/agentic/bfcl.py", {name for name, _, _ in STAGES if name.startswith("eval_agentic")}),
 ])

@@ -116,11 +116,11 @@ def test_negated_advantages_flip_grpos_and_a_method_without_advantages_is_refuse
         negate_advantages(OPSD(cfg, NO_DOMAIN), "x")
 
 
-def _race(tiny_model_dir, out, lr, seed, sampled):
+def _race(tiny_model_dir, out, lr, seed, sampled, step0=None):
     cfg = resolve({"profile": "smoke", "seed": seed, "grpo": {"lr": lr},
                    "train": {"steps": 2, "save_every": 1, "val_every": 1}})
     return train(cfg, GRPO(cfg, NO_DOMAIN), TASKS, single_turn(_coin), tiny_model_dir, out, validation=TASKS,
-                 sampled=sampled)
+                 sampled=sampled, step0=step0)
 
 
 def test_sampled_points_share_their_draws_over_runs_and_the_update_off_changes_nothing(tiny_model_dir, tmp_path):
@@ -141,7 +141,7 @@ def test_sampled_points_share_their_draws_over_runs_and_the_update_off_changes_n
     assert points[0]["val_rewards"] != points[1]["val_rewards"] or points[1]["val_rewards"] != points[2]["val_rewards"]
     # a step 0 measured elsewhere (learn_select's) is taken as it is, and the later points still measured
     given = {**{k: v for k, v in points[0].items() if k.startswith("val_")}, "val_reward": 0.123}
-    shared = _race(tiny_model_dir, tmp_path / "c", 0.0, 0, SampledValidation(2, 1000, given))["validation"]
+    shared = _race(tiny_model_dir, tmp_path / "c", 0.0, 0, measure, given)["validation"]
     assert shared[0]["val_reward"] == 0.123 and shared[1:] == points[1:]
 
 

@@ -276,3 +276,38 @@ def test_a_truncated_checkpoint_names_the_stage_to_rerun(tiny_model_dir, tmp_pat
     for load in (lambda: load_model(student), lambda: make_backend(student, None, _cfg(1), 4)):
         with pytest.raises(UnreadableWeights, match=r"weights .*re-run the stage that wrote it \(dvc repro\)$"):
             load()
+
+
+def test_the_base_models_point_measured_once_is_every_runs_step_0(tiny_model_dir, tmp_path, monkeypatch):
+    """Stage validate_base measures the base model as a run measures its step 0 (greedy, one sample a task, the run's
+    step-0 seed, on a fresh engine), so the point is the same, and a run given it takes it and measures the rest; the
+    point is taken only where its recorded measurement is the run's (pipelines.common.base_validation_step0)."""
+    from accelerate import Accelerator
+
+    from lopd.core.loop import validate
+    from lopd.core.models import load_tokenizer
+    from lopd.core.rollout import greedy_params, make_backend, step_seed
+    from pipelines import common
+
+    held_out = [Task(f"v{i}", [{"role": "user", "content": f"Count to {i}."}]) for i in range(3)]
+    cfg = _cfg(1)
+    own = train(cfg, GRPO(cfg, NO_DOMAIN), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "a",
+                validation=held_out)["validation"]
+    tokenizer = load_tokenizer(tiny_model_dir)
+    backend = make_backend(tiny_model_dir, tokenizer, cfg, cfg.sampling.batch_size)
+    base = validate(backend, tokenizer, single_turn(_score), held_out, greedy_params(cfg.sampling.max_new_tokens), 1,
+                    step_seed(cfg.seed, 0, 0), Accelerator(cpu=True))
+    assert own[0] == {"step": 0, "cumulative_rollouts": 0, **base}
+    given = train(cfg, GRPO(cfg, NO_DOMAIN), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "b",
+                  validation=held_out, step0={**base, "val_reward": 0.5})["validation"]
+    assert given[0]["val_reward"] == 0.5 and given[1:] == own[1:]
+
+    monkeypatch.setattr(common, "base_validation_file", lambda: tmp_path / "base.json")
+    assert common.base_validation_step0(cfg, held_out, 1) is None  # no file: the run measures its own
+    common.write_json(tmp_path / "base.json", {"step0": base, "measurement": common.base_validation_measurement(
+        cfg, held_out, 1)})
+    assert common.base_validation_step0(cfg, held_out, 1) == base
+    assert common.base_validation_step0(cfg, held_out, 2) is None  # two processes: other shares, another order
+    assert common.base_validation_step0(cfg, held_out[:2], 1) is None  # other tasks
+    longer = resolve({"profile": "smoke", "sampling": {"max_new_tokens": cfg.sampling.max_new_tokens + 1}})
+    assert common.base_validation_step0(longer, held_out, 1) is None

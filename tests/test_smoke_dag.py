@@ -136,6 +136,11 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     assert bank["n_tasks_sampled"] == 16 < bank["n_train_tasks"]  # the smoke profile's bank.task_limit
     lopd = json.loads((repo / "plots" / "train" / "lopd.json").read_text())
     assert len(lopd) == 2 and "beta_next" in lopd[0] and "reward" in lopd[0]
+    # every code training run took its step 0 from validate_base, measured once, and validated after it itself
+    base = json.loads((repo / "results" / "validation" / "base.json").read_text())
+    for method in ("grpo", "lopd"):
+        points = json.loads((repo / "plots" / "validation" / f"{method}.json").read_text())
+        assert points[0] == {"step": 0, "cumulative_rollouts": 0, **base["step0"]} and len(points) > 1, method
 
     # the agentic domain: every method trained on EnvScaler-format tasks, evaluated on all three suites
     tool_use = (repo / "reports" / "tables" / "tool_use_results.md").read_text()

@@ -203,12 +203,10 @@ class SampledValidation:
     """Validation points that sample instead of decoding greedily: `samples` per task at the run's sampling params, a
     task's score their mean reward (its expected reward under the policy). Point `step` draws from `point_seed(step)`,
     a function of `seed` alone, so every run with this `seed` draws the same at the same step, and (with a `seed`
-    that is not the run's) never replays the run's training samples. `step0`: the step-0 point already measured
-    this way (same weights, same draws: `validate`'s result), taken instead of measuring it again."""
+    that is not the run's) never replays the run's training samples."""
 
     samples: int
     seed: int
-    step0: dict | None = None
 
     def point_seed(self, step: int, rank: int = 0) -> int:
         return step_seed(self.seed, step, rank)
@@ -237,6 +235,8 @@ class Run:
     validated: list[dict] = field(default_factory=list)
     sampled: SampledValidation | None = None
     """How validation points sample (None: greedy, one sample per task)."""
+    step0: dict | None = None
+    """The step-0 point measured already, as this run would measure it (the base weights every run starts from)."""
 
     @property
     def rank(self) -> int:
@@ -254,10 +254,12 @@ class Run:
 def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts, base_dir: str | Path,
           out_dir: str | Path, tracker: Tracker | None = None,
           stage_modules: Sequence[str] = (checkpoint.STAGE_MODULE,), validation: Sequence[Task] = (),
-          sampled: SampledValidation | None = None) -> dict:
+          sampled: SampledValidation | None = None, step0: dict | None = None) -> dict:
     """Run (or resume) the on-policy loop; returns {"history": [per-step metrics], "validation": [reward on the
     `validation` tasks at step 0, every train.val_every steps and the last step]} (a resumed run's include the
-    steps before the resume). Validation is greedy, one sample per task, unless `sampled` says otherwise.
+    steps before the resume). Validation is greedy, one sample per task, unless `sampled` says otherwise; `step0` is
+    the step-0 point measured already that way on the same weights (`validate`'s result), taken instead of measuring
+    it again.
     `stage_modules` are the modules the calling stage runs (pipelines.common.stage_modules): with the method's
     module, their import closure is the code a checkpoint must match to be resumed."""
     out_dir = Path(out_dir)
@@ -265,7 +267,7 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
         checkpoint.write_manifest(out_dir, method.name, 0, weights="base")
         return {"history": [], "validation": []}
     run = setup(cfg, method, tasks, base_dir, out_dir, stage_modules, tracker)
-    run.sampled = sampled
+    run.sampled, run.step0 = sampled, step0
     run.log(f"[{method.name}] training on {device()} x {run.world} process(es), rollouts by "
             f"{type(run.backend).__name__}")
     if validation and run.start_step == 0:
@@ -365,8 +367,8 @@ def validate_run(run: Run, collect: Rollouts, validation: Sequence[Task], step: 
     """A validation point after `step` steps, appended to the run's, logged and tracked."""
     cfg = run.cfg
     sampled = run.sampled
-    if sampled and step == 0 and sampled.step0 is not None:
-        measured = sampled.step0
+    if step == 0 and run.step0 is not None:
+        measured = run.step0
     elif sampled:
         measured = validate(run.backend, run.tokenizer, collect, validation,
                             sampling_params(cfg, cfg.sampling.max_new_tokens), sampled.samples,
