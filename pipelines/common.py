@@ -183,8 +183,8 @@ def training_domain(cfg: Config, domain: str) -> Iterator[TrainingSplit]:
 
 def base_validation_measurement(cfg: Config, validation: Sequence[Task], processes: int) -> dict[str, Any]:
     """How a code training run measures its validation points, besides the weights (greedy: no seed draws): the base
-    model's point (BASE_VALIDATION) is its step 0 only where it was measured alike. `processes`: each plays its share
-    of the tasks, and the per-task scores come in the order of the shares."""
+    model's point (`base_validation_file`) is its step 0 only where it was measured alike. `processes`: each plays its
+    share of the tasks, and the per-task scores come in the order of the shares."""
     return {"model": cfg.model.name, "decoding": "greedy", "max_new_tokens": cfg.sampling.max_new_tokens,
             "tasks": [task.task_id for task in validation], "processes": processes}
 
