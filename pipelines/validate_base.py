@@ -3,7 +3,7 @@
 its share). Every code training run starts from these weights, so this is the step 0 each of them would measure;
 they take it from here (`lopd.core.loop.train`'s `step0`) instead of measuring it again, one time per method. Writes
 results/validation/base.json: the point (null without validation tasks) and how it was measured
-(`base_validation_measurement`), which a run checks before taking it."""
+(`base_validation_measurement`), which a run checks before taking it; and its summary (metrics/validation_base.json)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,12 @@ from lopd.core.rollout import check_backend, greedy_params, make_backend, step_s
 from lopd.core.tracking import Tracker
 from pipelines.common import (
     BASE_MODEL_DIR,
+    DOMAINS,
     base_validation_file,
     base_validation_measurement,
     check_writable,
     parse_args,
+    record_metrics,
     run_stage,
     training_domain,
     write_json,
@@ -31,8 +33,8 @@ from pipelines.common import (
 def main() -> None:
     args, cfg = parse_args(__doc__)
     check_backend(cfg, BASE_MODEL_DIR)  # before any work: the rollout engine can run this model
-    out = base_validation_file()
-    check_writable([out])
+    out, metrics = base_validation_file(), DOMAINS["code"].metrics / "validation_base.json"
+    check_writable([out, metrics])
     accelerator = Accelerator(cpu=device().type == "cpu")
     with Tracker(cfg, "validate_base") as tracker, training_domain(cfg, "code") as (_, collect, source, validation):
         start = time.perf_counter()
@@ -46,9 +48,9 @@ def main() -> None:
             return
         write_json(out, {"data": source, "step0": point, "measurement": base_validation_measurement(
             cfg, validation, accelerator.num_processes)})
-        if point:
-            tracker.log_metrics({"val_reward": point["val_reward"], "val_n": point["val_n"],
-                                 "wall_s": round(time.perf_counter() - start, 1)})
+        summary = {"val_reward": point and point["val_reward"], "val_n": point["val_n"] if point else 0,
+                   "wall_s": round(time.perf_counter() - start, 1)}
+        record_metrics(tracker, metrics, "validate_base", summary)
         tracker.log_artifact(out)
     print(f"validate_base: {point['val_reward']:.3f} over {point['val_n']} validation tasks" if point else
           "validate_base: no validation tasks (data.validation_tasks: 0)", f"; wrote {out}")

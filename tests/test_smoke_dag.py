@@ -136,9 +136,9 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     assert bank["n_tasks_sampled"] == 16 < bank["n_train_tasks"]  # the smoke profile's bank.task_limit
     lopd = json.loads((repo / "plots" / "train" / "lopd.json").read_text())
     assert len(lopd) == 2 and "beta_next" in lopd[0] and "reward" in lopd[0]
-    # every code training run took its step 0 from validate_base, measured once, and validated after it itself
+    # the code training runs took their step 0 from validate_base, measured once, and validated after it themselves
     base = json.loads((repo / "results" / "validation" / "base.json").read_text())
-    for method in ("grpo", "lopd"):
+    for method in ("sdpo", "lopd"):
         points = json.loads((repo / "plots" / "validation" / f"{method}.json").read_text())
         assert points[0] == {"step": 0, "cumulative_rollouts": 0, **base["step0"]} and len(points) > 1, method
 
@@ -170,7 +170,7 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     # the race's metrics files (results/learn/, `make learn`) are listed too: those of runs not run yet without data
     files = {path: data.get("data") for path, data in shown[""]["data"].items()
              if not path.startswith("results/learn/")}
-    assert len(files) == 18 and all(data and "error" not in data for data in files.values()), files
+    assert len(files) == 19 and all(data and "error" not in data for data in files.values()), files
     leaves = [v for data in files.values() for section in data.values() for v in _leaves(section)]
     assert leaves and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in leaves)
     plots = json.loads(_run(["dvc", "plots", "show", "--json"], repo, env))["data"]
