@@ -52,8 +52,9 @@ def main() -> None:
                    "wall_s": round(time.perf_counter() - start, 1)}
         record_metrics(tracker, metrics, "validate_base", summary)
         tracker.log_artifact(out)
-    print(f"validate_base: {point['val_reward']:.3f} over {point['val_n']} validation tasks" if point else
-          "validate_base: no validation tasks (data.validation_tasks: 0)", f"; wrote {out}")
+    measured = f"{point['val_reward']:.3f} over {point['val_n']} validation tasks" if point else \
+        "no validation tasks (data.validation_tasks: 0)"
+    print(f"validate_base: {measured}; wrote {out}")
 
 
 if __name__ == "__main__":
