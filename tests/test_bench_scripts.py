@@ -52,6 +52,16 @@ def test_teacher_openings_sums_the_first_tokens_that_open_a_code_fence(load_scri
     assert openings.opening_mass(tiny_model, prompt, sorted(by_decoding)) == pytest.approx(sum(probs), rel=1e-5)
 
 
+
+def test_teacher_openings_scores_a_sampled_response_within_a_cut_only_where_it_ended_there(load_script):
+    """scripts/teacher_openings.py --samples: a response passes within a cut only if it ended on its own by then
+    (a capped response's test never ran whole); counted here response by response."""
+    openings = load_script("teacher_openings")
+    lengths, stopped, rewards = [100, 300, 600, 1024, 256], [True, True, True, False, True], [1.0, 1.0, 0.0, 1.0, 1.0]
+    stats = openings.response_stats(lengths, stopped, rewards, 1024)
+    assert stats == {"mean tokens": 2280 / 5, "ended by 1024": 4 / 5, "pass (1024)": 4 / 5,
+                     "pass (256)": 2 / 5, "pass (512)": 3 / 5}
+
 def test_the_cpu_benchmark_runs_each_path_this_cpu_has_and_compares_them(tiny_model_dir, tmp_path):
     """scripts/bench_cpu.py on the tiny model: BLAS, oneDNN where this CPU takes it and bf16 where it has bf16
     units: each path's first gradients against float64's, float32 paths to float32's rounding and bf16 only to
