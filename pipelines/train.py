@@ -72,9 +72,9 @@ def main() -> None:
           training_domain(cfg, args.domain) as (tasks, collect, source, validation)):
         start = time.perf_counter()
         try:
-            step0 = base_validation_step0(cfg, validation, PartialState().num_processes) \
-                if validation and method.trains else None
-            if validation and method.trains and step0 is None and PartialState().is_main_process:
+            validates = bool(validation) and method.trains
+            step0 = base_validation_step0(cfg, validation, PartialState().num_processes) if validates else None
+            if validates and step0 is None and PartialState().is_main_process:
                 print(f"{base_validation_file()}: no base model point measured as this run measures: it measures its "
                       "own step 0")
             result = train(cfg, method, tasks, collect, BASE_MODEL_DIR, domain.checkpoints / method.name, tracker,

@@ -371,7 +371,7 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
     composer_forward = c.composer_s * c.train_tokens * TEACHER_FORWARD_SHARE  # one task's latent context
 
     stage("prepare_model")
-    stage("validate_base", validation_s if cfg.data.validation_tasks else 0.0)
+    stage("validate_base", validation_s)  # 0 where data.validation_tasks is 0
     for method in cfg.methods:
         name = train_stage(method)
         if method == "vanilla":
