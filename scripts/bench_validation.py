@@ -39,10 +39,9 @@ from pipelines.common import BASE_MODEL_DIR, run_stage  # noqa: E402
 from pipelines.domains.code import training_tasks  # noqa: E402
 
 sys.path.insert(0, str(REPO / "scripts"))
-from estimate import recorded_grpo_history, train_stage, validation_points  # noqa: E402
+from estimate import RECORD, recorded_file, train_stage, validation_points  # noqa: E402
 
 OUT = REPO / "reports" / "perf" / "validation_cost.json"
-RECORDED = REPO / "reports" / "perf" / "default_run_wall_time.json"
 LOCK = REPO / "dvc.lock"
 DVC_STAGE_OVERHEAD_S = 10.0
 """DVC's own work around a stage (hashing, caching, starting its process): the recorded run's last `dvc repro` ran
@@ -114,10 +113,10 @@ def main() -> None:
         print(f"{count} tasks: {wall_s:.1f} s, base reward {scored['val_reward']:.3f} [{low:.3f}, {high:.3f}]")
     result = {"profile": cfg.profile, "model": cfg.model.name, "backend": type(backend).__name__,
               "written": time.strftime("%Y-%m-%dT%H:%M:%S"), "points": points}
-    recorded = json.loads(RECORDED.read_text())
+    recorded = json.loads(RECORD.read_text())
     reference = recorded_validation_tasks(yaml.safe_load(LOCK.read_text()))
     if reference in points and recorded.get("complete"):
-        first = json.loads(recorded_grpo_history())[0]
+        first = json.loads(recorded_file(recorded, "train@grpo", "plots/train/grpo.json"))[0]
         here = first_grpo_batch(backend, tokenizer, resolve({"profile": args.profile,
                                                              "data": {"validation_tasks": reference}}))
         result["first_grpo_batch"] = {"here": here, "recorded": {"sampling_s": round(first["time_sampling_s"], 1),

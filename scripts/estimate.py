@@ -21,10 +21,13 @@ plus each update's trained action tokens x its measured seconds per token, plus 
 once a stage: it allocates AdamW's state). A step whose rollouts carry no gradient costs its optimizer step. The work
 is counted from the profile's config and its data; every assumption is printed. GPUS=N processes split each stage's
 rollouts and updates evenly (the launcher's data parallelism); start-up does not shrink.
-`--check` compares the estimate with reports/perf/default_run_wall_time.json (the recorded default run: the cpu
-profile on this project's 2-core machine) per domain, and writes reports/perf/estimate_check.json; like with like:
-from the rates of the sampler that run sampled with (profile_rollouts.json measures both CPU samplers side by side).
-Run: python scripts/estimate.py [--profile cpu] [--gpus 1] [--gpu cpu|h100|h200] [--check]
+`--check` compares the estimate with a recorded default run (`--record`, by default
+reports/perf/default_run_wall_time.json: the cpu profile on this project's 2-core machine) per domain (a domain
+whose stages the record lacks is n/a), and writes reports/perf/estimate_check.json; like with like: the params that
+run ran, from the rates of the sampler it sampled with (profile_rollouts.json measures both CPU samplers side by
+side), and again at the recording machine's speed: per domain, the same work timed on the benchmarks' machine and in
+the record (code: the first GRPO batch; agentic: the base model's evaluation, its benchmarks played together).
+Run: python scripts/estimate.py [--profile cpu] [--gpus 1] [--gpu cpu|h100|h200] [--check [--record FILE]]
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ TEACHER_FORWARD_SHARE = 1 / 3
 """A pass without backward as a share of the same pass with one (a forward is ~1/3 of forward + backward): the
 text-context baselines' teachers and the composer's forward passes, which no benchmark times alone."""
 CHECK_TOLERANCE = 0.25
+RECORD = PERF / "default_run_wall_time.json"
+"""The recorded default run `--check` compares with (scripts/wall_time.py writes it)."""
 
 
 def read(name: str) -> dict:
@@ -481,59 +486,119 @@ def domain_of(stage: str) -> str:
     return "agentic" if "agentic" in stage else "code"
 
 
-def check(predicted: dict[str, float]) -> dict:
-    """The estimate per domain against the recorded default run."""
-    recorded = read("default_run_wall_time.json")
+def display(path: Path) -> str:
+    """`path` relative to the repository where it lies in it: written files hold no machine's absolute path."""
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def recorded_run(path: Path = RECORD) -> dict:
+    """A recorded run's stage times (an output of scripts/wall_time.py)."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        sys.exit(f"error: --record {path}: {err}")
+    if not isinstance(record, dict) or not isinstance(record.get("stages"), dict):
+        sys.exit(f"error: --record {path}: no `stages` (not an output of scripts/wall_time.py)")
+    return record
+
+
+def check(predicted: dict[str, float], record: dict) -> dict:
+    """The estimate per domain against the recorded run; n/a for a domain with stages the record lacks."""
     domains: dict[str, dict] = {d: {"recorded_s": 0.0, "estimated_s": 0.0} for d in ("code", "agentic")}
-    for stage, entry in recorded["stages"].items():
+    for stage, entry in record["stages"].items():
         domains[domain_of(stage)]["recorded_s"] += entry["seconds"]
     for stage, seconds in predicted.items():
         domains[domain_of(stage)]["estimated_s"] += seconds
-    for entry in domains.values():
+    for domain, entry in domains.items():
+        lacking = [s for s in record.get("missing", []) if domain_of(s) == domain]
+        if lacking:
+            domains[domain] = f"n/a: the record lacks {len(lacking)} of its stages ({', '.join(lacking[:3])}, ...)"
+            continue
         entry["ratio"] = round(entry["estimated_s"] / entry["recorded_s"], 3)
         entry["within_tolerance"] = abs(entry["ratio"] - 1) <= CHECK_TOLERANCE
         entry["recorded_s"], entry["estimated_s"] = round(entry["recorded_s"]), round(entry["estimated_s"])
-    return {"recorded_run": recorded["written"], "tolerance": CHECK_TOLERANCE, "domains": domains}
+    return {"recorded_run": record["written"], "tolerance": CHECK_TOLERANCE, "domains": domains}
 
 
-def recorded_matmul() -> str:
-    """The float32 matmul path the recorded default run's updates took, as its record says (scripts/wall_time.py)."""
-    return read("default_run_wall_time.json").get("cpu_matmul", UNNAMED_MATMUL)
+def recorded_matmul(record: dict) -> str:
+    """The float32 matmul path the recorded run's updates took, as its record says (scripts/wall_time.py)."""
+    return record.get("cpu_matmul", UNNAMED_MATMUL)
 
 
-def recorded_sampler() -> str:
-    """The CPU sampler the recorded default run sampled with, as its record says (scripts/wall_time.py)."""
-    return read("default_run_wall_time.json").get("sampler", UNNAMED_SAMPLER)
+def recorded_sampler(record: dict) -> str:
+    """The CPU sampler the recorded run sampled with, as its record says (scripts/wall_time.py)."""
+    return record.get("sampler", UNNAMED_SAMPLER)
 
 
-def machine_ratio() -> dict:
-    """How much slower this machine sampled than the one that recorded the default run, on the same batch with the
-    same sampler: the training step profile_rollouts.json times against the recorded GRPO run's first step
-    (plots/train/grpo.json). A diagnostic of the check only: the estimate never reads a recorded run."""
-    bench = sampled_parts(read("profile_rollouts.json")["cpu"], recorded_sampler())["train_step"]
-    first = json.loads(recorded_grpo_history())[0]
-    recorded_s = first["time_sampling_s"] + first["time_reward_s"]
-    return {"bench_s": bench["wall_s"], "recorded_s": round(recorded_s, 1),
-            "bench_mean_tokens": bench["mean_tokens"], "recorded_mean_tokens": first["completions/mean_length"],
+def eval_play_ratio(bench: dict, summaries: list[dict]) -> dict | None:
+    """How much slower the benchmarks' machine played an agentic evaluation than the recording one: agentic_eval.json's
+    `together` entry (with its `benchmarks`) against the recorded evaluation's per-benchmark summaries, or None where
+    that evaluation did not play the same benchmarks together (a run before 2026-12-02 played them apart)."""
+    if not summaries or any(sorted(s.get("played_together") or []) != sorted(bench["benchmarks"]) for s in summaries):
+        return None
+    recorded_s = summaries[0]["wall_s"]  # the benchmarks' shared play, in each summary
+    return {"bench_s": bench["wall_s"], "recorded_s": recorded_s, "bench_policy_steps": bench["policy_steps"],
+            "recorded_policy_steps": sum(s["n_policy_steps"] for s in summaries),
             "ratio": round(bench["wall_s"] / recorded_s, 3)}
 
 
-def recorded_config(profile: str) -> Config:
-    """The config the recorded default run ran: params.yaml at the commit of its last stage (default_run_wall_time.json;
-    its stages' commits all resolve alike), under `profile`'s composition. Like with like: params changed since
-    (e.g. data.validation_tasks 32 -> 96) change the estimate of a run to come, not of the one recorded."""
-    stages = read("default_run_wall_time.json")["stages"].values()
-    commit = max(stages, key=lambda entry: entry["finished"])["commit"]
+def machine_ratios(record: dict, profile: str) -> dict[str, dict | str]:
+    """Per domain, how much slower the benchmarks' machine sampled than the machine that recorded the run, on the same
+    work with the same sampler: code, profile_rollouts.json's training step against the recorded GRPO run's first
+    step (plots/train/grpo.json); agentic, agentic_eval.json's benchmarks played together against the recorded
+    Vanilla evaluation's play (results/agentic/eval/vanilla/), where that run played them together (else the code
+    domain's ratio, said so). A diagnostic of the check only: the estimate never reads a recorded run."""
+    ratios: dict[str, dict | str] = {}
+    history = recorded_file(record, "train@grpo", "plots/train/grpo.json")
+    if history is None:
+        ratios["code"] = "n/a: the record has no train@grpo"
+    else:
+        bench = sampled_parts(read("profile_rollouts.json")[profile], recorded_sampler(record))["train_step"]
+        first = json.loads(history)[0]
+        recorded_s = first["time_sampling_s"] + first["time_reward_s"]
+        ratios["code"] = {"bench_s": bench["wall_s"], "recorded_s": round(recorded_s, 1),
+                          "bench_mean_tokens": bench["mean_tokens"],
+                          "recorded_mean_tokens": first["completions/mean_length"],
+                          "ratio": round(bench["wall_s"] / recorded_s, 3), "work": "the first GRPO batch"}
+    measured = read("agentic_eval.json")[profile]
+    together = {**measured["together"], "benchmarks": measured["benchmarks"]}
+    files = [recorded_file(record, "eval_agentic@vanilla", f"results/agentic/eval/vanilla/{b}.json")
+             for b in together["benchmarks"]]
+    played = None if None in files else eval_play_ratio(together, [json.loads(f)["summary"] for f in files])
+    if played is not None:
+        ratios["agentic"] = {**played, "work": "the base model's evaluation, its benchmarks played together"}
+    elif isinstance(ratios["code"], dict):
+        ratios["agentic"] = {**ratios["code"], "work": "the code domain's (the record's Vanilla evaluation played its "
+                                                       "benchmarks apart, or is not in it)"}
+    else:
+        ratios["agentic"] = "n/a: the record has neither train@grpo nor eval_agentic@vanilla played together"
+    for domain, ratio in ratios.items():
+        if isinstance(ratio, dict):  # the stages of its domain timed on another CPU than the ratio's (wall_time.py)
+            source = "eval_agentic@vanilla" if "recorded_policy_steps" in ratio else "train@grpo"
+            ratio["machine"] = record["stages"][source].get("machine", "an unnamed CPU")
+            ratio["stages_on_other_machines"] = [
+                stage for stage, entry in record["stages"].items()
+                if domain_of(stage) == domain and entry.get("machine", "an unnamed CPU") != ratio["machine"]]
+    return ratios
+
+
+def recorded_config(profile: str, record: dict) -> Config:
+    """The config the recorded run ran: params.yaml at the commit of its last stage (its stages' commits all resolve
+    alike), under `profile`'s composition. Like with like: params changed since (e.g. data.validation_tasks 32 -> 96)
+    change the estimate of a run to come, not of the one recorded."""
+    commit = max(record["stages"].values(), key=lambda entry: entry["finished"])["commit"]
     text = subprocess.run(["git", "show", f"{commit}:params.yaml"], cwd=REPO, capture_output=True, text=True,
                           check=True).stdout
     return resolve({**yaml.safe_load(text), "profile": profile})
 
 
-def recorded_grpo_history() -> str:
-    """plots/train/grpo.json as committed with the recorded run's GRPO stage (default_run_wall_time.json): the first
-    commit that changed it after that stage finished, so a re-recording in progress does not replace it."""
-    finished = read("default_run_wall_time.json")["stages"]["train@grpo"]["finished"]
-    path = "plots/train/grpo.json"
+def recorded_file(record: dict, stage: str, path: str) -> str | None:
+    """`path` as committed with the record's `stage`: the first commit that changed it after that stage finished, so
+    a re-recording in progress does not replace it (the working tree's if none has); None if the record lacks it."""
+    if stage not in record["stages"]:
+        return None
+    finished = record["stages"][stage]["finished"]
     commits = subprocess.run(["git", "log", "--reverse", f"--after={finished}", "--format=%H", "--", path], cwd=REPO,
                              capture_output=True, text=True, check=True).stdout.split()
     if not commits:
@@ -563,6 +628,8 @@ def main() -> None:
                                                           "profile_rollouts.json has not measured")
     parser.add_argument("--eval-mean-tokens", type=float, help="the same for an evaluation completion")
     parser.add_argument("--check", action="store_true", help="compare with the recorded default run")
+    parser.add_argument("--record", type=Path, default=RECORD,
+                        help="the recorded run --check compares with (an output of scripts/wall_time.py)")
     args = parser.parse_args()
     if args.gpus < 1:
         sys.exit("error: --gpus: must be >= 1")
@@ -590,27 +657,37 @@ def main() -> None:
         print(f"  {stage:<{width}} {seconds / 60:8.1f} min")
     print(f"  {'learning race':<{width}} {sum(race.values()) / 3600:8.2f} h")
     if args.check:
-        sampler = recorded_sampler()
-        matmul = recorded_matmul()
-        ran = recorded_config(cfg.profile)
+        record = recorded_run(args.record)
+        sampler, matmul = recorded_sampler(record), recorded_matmul(record)
+        ran = recorded_config(cfg.profile, record)
         as_recorded = cpu_costs(ran, args.mean_tokens, args.eval_mean_tokens, sampler=sampler, matmul=matmul)
-        result = {**check(estimate(ran, as_recorded, args.gpus)[0]), "sampler": sampler, "cpu_matmul": matmul,
-                  "validation_tasks": ran.data.validation_tasks}
-        machine = machine_ratio()
-        rescaled, _, _ = estimate(ran, at_speed(as_recorded, machine["ratio"]), args.gpus)
-        result["machine"] = {**machine, "note": "the same training batch, sampled here and in the recorded run"}
-        result["at_recorded_machine_speed"] = check(rescaled)["domains"]
-        (PERF / "estimate_check.json").write_text(json.dumps(result, indent=2) + "\n")
-        print(f"check: the recorded run's params ({ran.data.validation_tasks} validation tasks), from the rates of its "
-              f"sampler ({sampler}) and float32 matmul path ({matmul})")
-        for domain, entry in result["domains"].items():
-            print(f"check {domain}: estimated {entry['estimated_s'] / 3600:.2f} h, recorded "
-                  f"{entry['recorded_s'] / 3600:.2f} h: x{entry['ratio']} "
-                  f"({'within' if entry['within_tolerance'] else 'outside'} +-{CHECK_TOLERANCE:.0%})")
-        print(f"this machine sampled the recorded run's first GRPO batch in {machine['bench_s']} s, the recording "
-              f"machine in {machine['recorded_s']} s (x{machine['ratio']}); at the recorded machine's sampling speed: "
-              + ", ".join(f"{d} x{e['ratio']}" for d, e in result["at_recorded_machine_speed"].items()))
-
+        result = {**check(estimate(ran, as_recorded, args.gpus)[0], record), "record": display(args.record),
+                  "sampler": sampler, "cpu_matmul": matmul, "validation_tasks": ran.data.validation_tasks}
+        machine = machine_ratios(record, cfg.profile)
+        result["machine"] = machine
+        result["at_recorded_machine_speed"] = {
+            domain: check(estimate(ran, at_speed(as_recorded, ratio["ratio"]), args.gpus)[0], record)["domains"][domain]
+            if isinstance(ratio, dict) else ratio for domain, ratio in machine.items()}
+        # the committed record's check is estimate_check.json; another record's is named after it
+        committed = args.record.resolve() == RECORD
+        out = PERF / ("estimate_check.json" if committed else f"estimate_check.{args.record.stem}.json")
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"check against {display(args.record)}: the recorded run's params ({ran.data.validation_tasks} "
+              f"validation tasks), from the rates of its sampler ({sampler}) and float32 matmul path ({matmul})")
+        for speed, domains in (("the benchmarks' machine", result["domains"]),
+                               ("the recording machine", result["at_recorded_machine_speed"])):
+            for domain, entry in domains.items():
+                print(f"check {domain} at {speed}'s speed: " + (entry if isinstance(entry, str) else
+                      f"estimated {entry['estimated_s'] / 3600:.2f} h, recorded {entry['recorded_s'] / 3600:.2f} h: "
+                      f"x{entry['ratio']} ({'within' if entry['within_tolerance'] else 'outside'} "
+                      f"+-{CHECK_TOLERANCE:.0%})"))
+        for domain, ratio in machine.items():
+            print(f"{domain} speed: " + (ratio if isinstance(ratio, str) else
+                  f"{ratio['work']}: {ratio['bench_s']} s on the benchmarks' machine, {ratio['recorded_s']} s in the "
+                  f"record on {ratio['machine']} (x{ratio['ratio']})" + (
+                      f"; timed on other CPUs: {', '.join(ratio['stages_on_other_machines'])}"
+                      if ratio["stages_on_other_machines"] else "")))
+        print(f"wrote {out.relative_to(REPO)}")
 
 if __name__ == "__main__":
     main()

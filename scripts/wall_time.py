@@ -11,6 +11,8 @@ cache) is listed as missing and the total is then a lower bound, as the file say
 MLflow's store lives on the machine (~/.cache/lopd-suite), so a recording spread over sessions on fresh machines
 keeps each session's stages in a file of its own (`--out`) and the last session sums them: `--merge FILE...` fills a
 stage this machine has no run for from those files (the newest `finished` wins), and the entry says which file.
+Each stage names the CPU it ran on (`machine`): `make estimate --check` lists a domain's stages that ran on another
+CPU than the one its speed ratio was measured on.
 
 Run: python scripts/wall_time.py [--experiment NAME] [--uri URI] [--out PATH] [--merge FILE ...]
 """
@@ -51,6 +53,19 @@ def stage_wall_times(runs: Iterable[dict[str, Any]], stages: list[str]) -> dict[
     return summarise({s: {"seconds": round((r["end"] - r["start"]).total_seconds() - r["paused_s"], 1),
                           "finished": r["end"].isoformat(), "commit": r["commit"]}
                       for s in stages if (r := newest.get(s))}, stages)
+
+
+def cpu_name(cpuinfo: str) -> str:
+    """The CPU named by /proc/cpuinfo's text: model name, family and model numbers, and its widest vector unit (a
+    record spread over machines says which stage ran on which; a virtual CPU's model name alone can be generic)."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = fields.get("flags", "").split()
+    vector = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    numbers = f"family {fields.get('cpu family', '?')}, model {fields.get('model', '?')}"
+    return f"{fields.get('model name', 'unknown')} ({numbers}, {vector})"
 
 
 def merge_earlier(result: dict[str, Any], earlier: dict[str, dict[str, Any]], stages: list[str]) -> dict[str, Any]:
@@ -126,7 +141,10 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(f"error: --merge {path}: no `stages` (not an output of scripts/wall_time.py)")
     runs, experiment, uri = mlflow_runs(args.experiment, args.uri)
     stages = dag_stages()
-    result = merge_earlier(stage_wall_times(runs, stages), earlier, stages)
+    here = stage_wall_times(runs, stages)
+    machine = cpu_name(Path("/proc/cpuinfo").read_text()) if Path("/proc/cpuinfo").exists() else "unknown"
+    here["stages"] = {stage: {**entry, "machine": machine} for stage, entry in here["stages"].items()}
+    result = merge_earlier(here, earlier, stages)
     store = uri.replace(str(Path.home()), "~")  # the file is committed: no machine's absolute path in it
     result = {"experiment": experiment, "cpus": os.cpu_count(), "written": datetime.now().isoformat(timespec="seconds"),
               "sampler": CPU_SAMPLER,  # the CPU engine's, on the code that recorded the run (`make estimate --check`)
