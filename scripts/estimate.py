@@ -262,20 +262,31 @@ def gpu_costs(cfg: Config, gpu: str, cpu: Costs) -> Costs:
                  "sandbox, start-up": "this CPU's"})
 
 
+def after_first_step(first: float, steps: int) -> float:
+    """The mean share of rollouts trained over `steps` steps, the first training `first` of them and the others all
+    (Skill-SD: its first step has no skills yet)."""
+    return (first + steps - 1) / steps
+
+
 def signal_shares(cfg: Config, p: float) -> tuple[dict[str, dict[str, float]], str]:
-    """Per domain, the share of a step's rollouts each method trains on (the rest carry no gradient and are
-    skipped): GRPO and Skill-SD's PPO part need a group of mixed rewards, SDPO a successful sibling; OPSD, SDFT and
-    LOPD train on every rollout. Code: GRPO's share as rollout.json's GRPO step measured it (SDPO's taken equal).
-    Agentic: from `p`, the success rate of an episode."""
+    """Per domain, the share of a step's rollouts each method trains on, over its steps (the rest carry no gradient
+    and are skipped): GRPO needs a group of mixed rewards, SDPO a successful sibling; Skill-SD's PPO part needs a
+    mixed group, but its distillation term trains every rollout whose task has a skill, and every task has one once
+    the first step's summaries are written, so its first step trains the mixed groups and every later one all
+    (as its recorded runs did); OPSD, SDFT and LOPD train on every rollout. Code: GRPO's share as rollout.json's GRPO
+    step measured it (SDPO's taken equal). Agentic: from `p`, the success rate of an episode."""
     mixed_code = read("rollout.json")["grpo_step"]["trained_fraction"]
     mixed = 1 - p ** cfg.section(GRPOConfig).group_size - (1 - p) ** cfg.section(GRPOConfig).group_size
     sibling = 1 - (1 - p) ** (cfg.section(SDPOConfig).group_size - 1)
     every = {"opsd": 1.0, "sdft": 1.0, "lopd": 1.0}
-    note = (f"code: {mixed_code:.0%} of GRPO's rollouts carry a gradient (rollout.json; SDPO, Skill-SD alike); "
+    note = (f"code: {mixed_code:.0%} of GRPO's rollouts carry a gradient (rollout.json; SDPO alike); "
             f"agentic: {p:.0%} of episodes succeed: {mixed:.0%} of groups mixed, {sibling:.0%} "
-            f"with a successful sibling; OPSD, SDFT, LOPD: all")
-    return {"code": {"grpo": mixed_code, "skill_sd": mixed_code, "sdpo": mixed_code, **every},
-            "agentic": {"grpo": mixed, "skill_sd": mixed, "sdpo": sibling, **every}}, note
+            f"with a successful sibling; Skill-SD: as GRPO on its first step, then all (its skills); OPSD, SDFT, "
+            f"LOPD: all")
+    return {"code": {"grpo": mixed_code, "sdpo": mixed_code, **every,
+                     "skill_sd": after_first_step(mixed_code, training_steps(cfg, "skill_sd"))},
+            "agentic": {"grpo": mixed, "sdpo": sibling, **every,
+                        "skill_sd": after_first_step(mixed, cfg.agentic.steps)}}, note
 
 
 def code_counts(cfg: Config) -> dict[str, int]:
@@ -361,6 +372,7 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
     episode = episodes(cfg)
     shares, share_note = signal_shares(cfg, episode.success)
     a, c, share = cfg.agentic, costs, 1 / processes
+    skill_sd = cfg.section(SkillSDConfig)
     stage_s: dict[str, float] = {}
 
     def stage(name: str, work_s: float = 0.0) -> None:
@@ -388,7 +400,6 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
         work = (steps * (step_sampling(rollouts) + c.optimizer_s + trained * c.update_s(method)) + c.first_optimizer_s
                 + points * validation_s)
         if method == "skill_sd":  # a skill summary per rollout group after every step
-            skill_sd = cfg.section(SkillSDConfig)
             work += steps * rollouts / skill_sd.group_size * skill_sd.summary_tokens / c.train_rate
         stage(name, work)
     bank_rollouts = min(counts["train_tasks"], cfg.bank.task_limit or counts["train_tasks"]) * cfg.bank.samples_per_task
@@ -420,7 +431,10 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
         kind = "lopd" if method == "lopd" else "grpo"
         teacher = c.update_s(method) / c.student_s if kind == "grpo" else 1.0  # a text teacher's share on top
         update = shares["agentic"][method] * episode.sequence_tokens * c.agentic_update_s[kind] * teacher
-        stage(name, a.steps * a.rollouts_per_step * (episode_s + update))
+        work = a.steps * a.rollouts_per_step * (episode_s + update)
+        if method == "skill_sd":  # a skill summary per episode group after every step
+            work += a.steps * a.rollouts_per_step / skill_sd.group_size * skill_sd.summary_tokens / c.train_rate
+        stage(name, work)
     played = sum(agentic[name] for name in a.benchmarks)
     eval_episode_s = c.agentic_eval_episode_s or episode_s
     for method in cfg.methods:
@@ -468,17 +482,21 @@ def estimate_learn(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str,
     for name, run in learn.runs.items():
         steps = run.steps or learn.steps
         group = groups.get(run.method, 1)
-        trained = (1 - held_in ** group - (1 - held_in) ** group) if run.method in ("grpo", "skill_sd") else \
+        mixed = 1 - held_in ** group - (1 - held_in) ** group
+        trained = mixed if run.method == "grpo" else after_first_step(mixed, steps) if run.method == "skill_sd" else \
             (1 - (1 - held_in) ** (group - 1)) if run.method == "sdpo" else 1.0
         update = learn.rollouts_per_step * trained * tokens * c.update_s(run.method) + c.optimizer_s
         points = math.ceil(steps / learn.eval_every)  # step 0 is learn_select's
-        stage_s[f"learn@{name}"] = c.startup_s + share * (steps * (learn.rollouts_per_step * per_sample + update)
+        summaries = learn.rollouts_per_step / group * cfg.section(SkillSDConfig).summary_tokens / c.train_rate \
+            if run.method == "skill_sd" else 0.0  # a skill summary per rollout group after every step
+        stage_s[f"learn@{name}"] = c.startup_s + share * (steps * (learn.rollouts_per_step * per_sample + update
+                                                                    + summaries)
                                                            + c.first_optimizer_s + points * measure_s)
     stage_s["learn_report"] = c.startup_s
     assumptions = [f"race rollouts and measurement samples: {tokens:.0f} tokens on average (the training mean, capped "
                    f"at learn.max_new_tokens), sampled at the training rate",
-                   "held-in tasks pass half their samples: a GRPO/Skill-SD group is mixed, an SDPO rollout has a "
-                   "successful sibling, 7 times in 8"]
+                   "held-in tasks pass half their samples: a GRPO group is mixed, an SDPO rollout has a "
+                   "successful sibling, 7 times in 8; Skill-SD as GRPO on its first step, then every rollout"]
     return stage_s, assumptions
 
 

@@ -301,3 +301,16 @@ def test_agentic_training_episodes_are_the_measured_ones(estimate, tmp_path, mon
     (tmp_path / "profile_rollouts.json").write_text(json.dumps(profiles))
     with pytest.raises(SystemExit, match="profile_rollouts.json: no agentic_train_step for profile cpu"):
         estimate.episodes(cfg)
+
+
+def test_skill_sd_trains_every_rollout_after_its_first_step(estimate):
+    """Skill-SD's distillation term trains every rollout whose task has a skill, and the first step's summaries give
+    every later task one: its recorded runs trained 0.25 of the first step's code rollouts, then 1.0 (and 0.0, then
+    1.0 on tool use). So its share is GRPO's on the first step and 1 on every other."""
+    cfg = resolve({"profile": "cpu"})
+    shares = estimate.signal_shares(cfg, 0.5)[0]
+    code_steps = cfg.method_sections["skill_sd"].steps or cfg.train.steps
+    for domain, steps in (("code", code_steps), ("agentic", cfg.agentic.steps)):
+        per_step = [shares[domain]["grpo"]] + [1.0] * (steps - 1)
+        assert shares[domain]["skill_sd"] == pytest.approx(sum(per_step) / len(per_step))
+    assert shares["code"]["sdpo"] == shares["code"]["grpo"] < shares["code"]["skill_sd"] < 1.0
