@@ -56,14 +56,16 @@ def stage_wall_times(runs: Iterable[dict[str, Any]], stages: list[str]) -> dict[
 
 
 def cpu_name(cpuinfo: str) -> str:
-    """The CPU named by /proc/cpuinfo's text: model name, family and model numbers, and its widest vector unit (a
-    record spread over machines says which stage ran on which; a virtual CPU's model name alone can be generic)."""
+    """The CPU named by /proc/cpuinfo's text: model name, family and model numbers, its widest vector unit and whether
+    that unit has bf16 (a record spread over machines says which stage ran on which; a virtual CPU's model name alone
+    can be generic, and one model was seen here with and without AVX512-BF16 exposed)."""
     fields: dict[str, str] = {}
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
     flags = fields.get("flags", "").split()
     vector = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    vector += " with BF16" if "avx512_bf16" in flags else ""
     numbers = f"family {fields.get('cpu family', '?')}, model {fields.get('model', '?')}"
     return f"{fields.get('model name', 'unknown')} ({numbers}, {vector})"
 

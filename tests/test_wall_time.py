@@ -62,10 +62,12 @@ def test_a_merge_file_that_is_not_this_scripts_output_is_a_one_line_error(wall_t
 
 def test_the_cpu_is_named_with_its_family_model_and_vector_unit(wall_time):
     """A virtual CPU's model name can be generic ("Intel Xeon Processor"): the numbers and the widest vector unit tell
-    two machines apart in a record spread over them."""
+    two machines apart in a record spread over them, as does bf16 (one model was seen here with and without it)."""
     info = ("processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 207\n"
             "model name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu avx2 avx512f avx512_bf16\n\n"
             "processor\t: 1\nmodel name\t: Intel(R) Xeon(R) Processor\n")
-    assert wall_time.cpu_name(info) == "Intel(R) Xeon(R) Processor (family 6, model 207, AVX-512)"
+    assert wall_time.cpu_name(info) == "Intel(R) Xeon(R) Processor (family 6, model 207, AVX-512 with BF16)"
+    assert wall_time.cpu_name(info.replace(" avx512_bf16", "")) == \
+        "Intel(R) Xeon(R) Processor (family 6, model 207, AVX-512)"
     assert wall_time.cpu_name("model name\t: AMD EPYC 7B13\ncpu family\t: 25\nmodel\t\t: 1\nflags\t: avx2\n") == \
         "AMD EPYC 7B13 (family 25, model 1, AVX2)"
