@@ -22,12 +22,16 @@ once a stage: it allocates AdamW's state). A step whose rollouts carry no gradie
 is counted from the profile's config and its data; every assumption is printed. GPUS=N processes split each stage's
 rollouts and updates evenly (the launcher's data parallelism); start-up does not shrink.
 `--check` compares the estimate with a recorded default run (`--record`, by default
-reports/perf/default_run_wall_time.json: the cpu profile on this project's 2-core machine) per domain (a domain
-whose stages the record lacks is n/a), and writes reports/perf/estimate_check.json; like with like: the params that
-run ran, from the rates of the sampler it sampled with (profile_rollouts.json measures both CPU samplers side by
-side), and again at the recording machine's speed: per domain, the same work timed on the benchmarks' machine and in
-the record (code: the first GRPO batch; agentic: the base model's evaluation, its benchmarks played together).
-Run: python scripts/estimate.py [--profile cpu] [--gpus 1] [--gpu cpu|h100|h200] [--check [--record FILE]]
+reports/perf/default_run_wall_time.json: the cpu profile on this project's 2-core machine) per domain (a domain whose
+stages the record lacks is n/a, and is compared over the stages it has: a re-recording in progress), and writes
+reports/perf/estimate_check.json; like with like: the params that run ran, from the rates of the sampler it sampled
+with (profile_rollouts.json measures both CPU samplers side by side), and again at the recording machine's speed: per
+domain, the same work timed on the benchmarks' machine and in the record (code: the first GRPO batch; agentic: the
+base model's evaluation, its benchmarks played together); its updates at the same speed as on the benchmarks'
+machine through the record's path, unless `--record-cpu` gives that machine's `make bench` (cpu.json's update and
+AdamW step, timed on both).
+Run: python scripts/estimate.py [--profile cpu] [--gpus 1] [--gpu cpu|h100|h200]
+                                [--check [--record FILE] [--record-cpu FILE]]
 """
 
 from __future__ import annotations
@@ -522,21 +526,34 @@ def recorded_run(path: Path = RECORD) -> dict:
 
 
 def check(predicted: dict[str, float], record: dict) -> dict:
-    """The estimate per domain against the recorded run; n/a for a domain with stages the record lacks."""
-    domains: dict[str, dict] = {d: {"recorded_s": 0.0, "estimated_s": 0.0} for d in ("code", "agentic")}
-    for stage, entry in record["stages"].items():
-        domains[domain_of(stage)]["recorded_s"] += entry["seconds"]
-    for stage, seconds in predicted.items():
-        domains[domain_of(stage)]["estimated_s"] += seconds
-    for domain, entry in domains.items():
+    """The estimate per domain against the recorded run (`domains`; n/a for a domain with stages the record lacks: a
+    partial sum is no domain's time), and over the stages the record has, one by one and summed (`recorded_stages`:
+    what a re-recording in progress can check). A stage timed together with others (its `includes`, e.g. a chain's
+    commits) is compared with their estimates summed."""
+    domains: dict[str, dict | str] = {}
+    recorded_stages: dict[str, dict] = {}
+    for domain in ("code", "agentic"):
+        timed = {stage: {"recorded_s": entry["seconds"], "estimated_s": sum(
+                     predicted.get(s, 0.0) for s in (stage, *entry.get("includes", ())))}
+                 for stage, entry in record["stages"].items() if domain_of(stage) == domain}
+        if timed:
+            recorded_stages[domain] = {
+                **compared(sum(e["recorded_s"] for e in timed.values()), sum(e["estimated_s"] for e in timed.values())),
+                "stages": {stage: {k: round(v, 1) for k, v in e.items()} for stage, e in timed.items()}}
         lacking = [s for s in record.get("missing", []) if domain_of(s) == domain]
-        if lacking:
-            domains[domain] = f"n/a: the record lacks {len(lacking)} of its stages ({', '.join(lacking[:3])}, ...)"
-            continue
-        entry["ratio"] = round(entry["estimated_s"] / entry["recorded_s"], 3)
-        entry["within_tolerance"] = abs(entry["ratio"] - 1) <= CHECK_TOLERANCE
-        entry["recorded_s"], entry["estimated_s"] = round(entry["recorded_s"]), round(entry["estimated_s"])
-    return {"recorded_run": record["written"], "tolerance": CHECK_TOLERANCE, "domains": domains}
+        domains[domain] = (
+            f"n/a: the record lacks {len(lacking)} of its stages ({', '.join(lacking[:3])}, ...)" if lacking else
+            compared(sum(e["recorded_s"] for e in timed.values()),
+                     sum(s for stage, s in predicted.items() if domain_of(stage) == domain)))
+    return {"recorded_run": record["written"], "tolerance": CHECK_TOLERANCE, "domains": domains,
+            "recorded_stages": recorded_stages}
+
+
+def compared(recorded_s: float, estimated_s: float) -> dict:
+    """Estimated against recorded seconds: their ratio and whether it is within the check's tolerance."""
+    ratio = round(estimated_s / recorded_s, 3)
+    return {"recorded_s": round(recorded_s), "estimated_s": round(estimated_s), "ratio": ratio,
+            "within_tolerance": abs(ratio - 1) <= CHECK_TOLERANCE}
 
 
 def recorded_matmul(record: dict) -> str:
@@ -625,8 +642,11 @@ def recorded_file(record: dict, stage: str, path: str) -> str | None:
                           check=True).stdout
 
 
-def at_speed(costs: Costs, factor: float) -> Costs:
-    """`costs` with every sampling rate `factor` times as fast (prefill included)."""
+def at_speed(costs: Costs, factor: float, updates: dict | None = None) -> Costs:
+    """`costs` with every sampling rate `factor` times as fast (prefill included) and, given `updates`
+    (`update_ratios`), every update pass `updates["ratio"]` and every AdamW step `updates["adamw_ratio"]` times as
+    fast."""
+    update, adamw = (updates["ratio"], updates["adamw_ratio"]) if updates else (1.0, 1.0)
     return dataclasses.replace(costs, train_rate=costs.train_rate * factor,
                                validation_rate=costs.validation_rate * factor,
                                eval_rate={b: r * factor for b, r in costs.eval_rate.items()},
@@ -634,7 +654,30 @@ def at_speed(costs: Costs, factor: float) -> Costs:
                                agentic_train_episode_s=costs.agentic_train_episode_s and
                                costs.agentic_train_episode_s / factor,
                                agentic_eval_episode_s=costs.agentic_eval_episode_s and
-                               costs.agentic_eval_episode_s / factor)
+                               costs.agentic_eval_episode_s / factor,
+                               student_s=costs.student_s / update, teacher_s=costs.teacher_s / update,
+                               composer_s=costs.composer_s / update, lopd_s=costs.lopd_s / update,
+                               agentic_update_s={k: v / update for k, v in costs.agentic_update_s.items()},
+                               optimizer_s=costs.optimizer_s / adamw,
+                               first_optimizer_s=costs.first_optimizer_s / adamw)
+
+
+def update_ratios(machine_cpu: Path, matmul: str) -> dict:
+    """How much slower the benchmarks' machine updates than the recording one, on the same work: cpu.json's update
+    through the recorded run's float32 matmul path and its fused AdamW step against the same in `machine_cpu`, that
+    machine's `make bench` (scripts/bench_cpu.py --out)."""
+    try:
+        there = json.loads(machine_cpu.read_text())
+        there_update, there_adamw = there["update"]["paths"][f"fp32_{matmul}"]["update_s"], there["adamw"]["fused"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        sys.exit(f"error: --record-cpu {machine_cpu}: no fp32_{matmul} update and fused AdamW step of "
+                 f"scripts/bench_cpu.py ({type(err).__name__}: {err})")
+    here = read("cpu.json")
+    here_update, here_adamw = here["update"]["paths"][f"fp32_{matmul}"]["update_s"], here["adamw"]["fused"]
+    return {"file": display(machine_cpu), "cpu": there.get("cpu"), "bench_update_s": here_update,
+            "recorded_machine_update_s": there_update,
+            "ratio": round(here_update / there_update, 3),
+            "adamw_ratio": round(here_adamw["step_s"] / there_adamw["step_s"], 3)}
 
 
 def main() -> None:
@@ -648,6 +691,8 @@ def main() -> None:
     parser.add_argument("--check", action="store_true", help="compare with the recorded default run")
     parser.add_argument("--record", type=Path, default=RECORD,
                         help="the recorded run --check compares with (an output of scripts/wall_time.py)")
+    parser.add_argument("--record-cpu", type=Path, help="the recording machine's `make bench` (scripts/bench_cpu.py "
+                        "--out): --check's updates at that machine's speed")
     args = parser.parse_args()
     if args.gpus < 1:
         sys.exit("error: --gpus: must be >= 1")
@@ -683,28 +728,51 @@ def main() -> None:
                   "sampler": sampler, "cpu_matmul": matmul, "validation_tasks": ran.data.validation_tasks}
         machine = machine_ratios(record, cfg.profile)
         result["machine"] = machine
+        updates = update_ratios(args.record_cpu, matmul) if args.record_cpu else (
+            f"n/a: no --record-cpu; updates at the benchmarks' machine's rates through {matmul}")
+        result["updates"] = updates
+        at_machine_speed = {
+            domain: check(estimate(ran, at_speed(as_recorded, ratio["ratio"], updates if isinstance(updates, dict)
+                                                 else None), args.gpus)[0], record)
+            for domain, ratio in machine.items() if isinstance(ratio, dict)}
         result["at_recorded_machine_speed"] = {
-            domain: check(estimate(ran, at_speed(as_recorded, ratio["ratio"]), args.gpus)[0], record)["domains"][domain]
-            if isinstance(ratio, dict) else ratio for domain, ratio in machine.items()}
+            domain: at_machine_speed[domain]["domains"][domain] if domain in at_machine_speed else ratio
+            for domain, ratio in machine.items()}
+        result["recorded_stages_at_recorded_machine_speed"] = {
+            domain: c["recorded_stages"][domain] for domain, c in at_machine_speed.items()
+            if domain in c["recorded_stages"]}
         # the committed record's check is estimate_check.json; another record's is named after it
         committed = args.record.resolve() == RECORD
         out = PERF / ("estimate_check.json" if committed else f"estimate_check.{args.record.stem}.json")
         out.write_text(json.dumps(result, indent=2) + "\n")
         print(f"check against {display(args.record)}: the recorded run's params ({ran.data.validation_tasks} "
               f"validation tasks), from the rates of its sampler ({sampler}) and float32 matmul path ({matmul})")
-        for speed, domains in (("the benchmarks' machine", result["domains"]),
-                               ("the recording machine", result["at_recorded_machine_speed"])):
+        for speed, domains, stages in (
+                ("the benchmarks' machine", result["domains"], result["recorded_stages"]),
+                ("the recording machine", result["at_recorded_machine_speed"],
+                 result["recorded_stages_at_recorded_machine_speed"])):
             for domain, entry in domains.items():
                 print(f"check {domain} at {speed}'s speed: " + (entry if isinstance(entry, str) else
                       f"estimated {entry['estimated_s'] / 3600:.2f} h, recorded {entry['recorded_s'] / 3600:.2f} h: "
                       f"x{entry['ratio']} ({'within' if entry['within_tolerance'] else 'outside'} "
                       f"+-{CHECK_TOLERANCE:.0%})"))
+                if isinstance(entry, str) and domain in stages:
+                    part = stages[domain]
+                    print(f"  over the {len(part['stages'])} stages it has: estimated {part['estimated_s'] / 60:.1f} "
+                          f"min, recorded {part['recorded_s'] / 60:.1f} min: x{part['ratio']} "
+                          f"({'within' if part['within_tolerance'] else 'outside'} +-{CHECK_TOLERANCE:.0%}); "
+                          + ", ".join(f"{s} {e['estimated_s'] / 60:.1f}/{e['recorded_s'] / 60:.1f}"
+                                      for s, e in part["stages"].items()))
         for domain, ratio in machine.items():
             print(f"{domain} speed: " + (ratio if isinstance(ratio, str) else
                   f"{ratio['work']}: {ratio['bench_s']} s on the benchmarks' machine, {ratio['recorded_s']} s in the "
                   f"record on {ratio['machine']} (x{ratio['ratio']})" + (
                       f"; timed on other CPUs: {', '.join(ratio['stages_on_other_machines'])}"
                       if ratio["stages_on_other_machines"] else "")))
+        print("update speed: " + (updates if isinstance(updates, str) else
+              f"cpu.json's update {updates['bench_update_s']} s on the benchmarks' machine, "
+              f"{updates['recorded_machine_update_s']} s in {updates['file']} (x{updates['ratio']}; AdamW's step "
+              f"x{updates['adamw_ratio']})"))
         print(f"wrote {out.relative_to(REPO)}")
 
 if __name__ == "__main__":

@@ -57,15 +57,46 @@ def test_the_cpu_estimate_matches_the_recorded_run_per_domain_at_its_machines_sp
     assert entry["within_tolerance"], entry
 
 
-def test_a_domain_the_record_lacks_stages_of_is_not_checked(estimate):
+def test_a_domain_the_record_lacks_stages_of_is_checked_over_the_stages_it_has(estimate):
     """A re-recording in progress (scripts/wall_time.py lists the stages it has no run for) checks the domains it
-    has whole; the others are n/a, not compared with a partial sum."""
+    has whole; the others are n/a as domains, not a partial sum called one, and are compared over the stages the
+    record has; a stage timed with others (`includes`) is compared with their estimates summed."""
     record = {"written": "now", "missing": ["train@grpo"],
-              "stages": {"eval_agentic@vanilla": {"seconds": 100.0}, "build_bank": {"seconds": 50.0}}}
-    predicted = {"eval_agentic@vanilla": 110.0, "build_bank": 60.0, "train@grpo": 500.0}
-    domains = estimate.check(predicted, record)["domains"]
-    assert domains["agentic"] == {"recorded_s": 100, "estimated_s": 110, "ratio": 1.1, "within_tolerance": True}
-    assert domains["code"].startswith("n/a: the record lacks 1 of its stages (train@grpo")
+              "stages": {"eval_agentic@vanilla": {"seconds": 100.0}, "build_bank": {"seconds": 50.0},
+                         "eval@sdpo": {"seconds": 200.0, "includes": ["train@sdpo"]}}}
+    predicted = {"eval_agentic@vanilla": 110.0, "build_bank": 60.0, "train@grpo": 500.0, "train@sdpo": 90.0,
+                 "eval@sdpo": 120.0}
+    result = estimate.check(predicted, record)
+    assert result["domains"]["agentic"] == {"recorded_s": 100, "estimated_s": 110, "ratio": 1.1,
+                                            "within_tolerance": True}
+    assert result["domains"]["code"].startswith("n/a: the record lacks 1 of its stages (train@grpo")
+    code = result["recorded_stages"]["code"]
+    assert code["stages"] == {"build_bank": {"recorded_s": 50.0, "estimated_s": 60.0},
+                              "eval@sdpo": {"recorded_s": 200.0, "estimated_s": 210.0}}
+    assert (code["recorded_s"], code["estimated_s"], code["ratio"], code["within_tolerance"]) == (250, 270, 1.08, True)
+    assert result["recorded_stages"]["agentic"]["ratio"] == 1.1
+
+
+def test_updates_at_the_recording_machines_speed_come_from_its_make_bench(estimate, tmp_path):
+    """--record-cpu: the recording machine's cpu.json; its update through the record's path and its AdamW step
+    against the benchmarks' machine's give the update speed, and at_speed divides every update cost by it while the
+    sampling rates take the sampling ratio alone."""
+    here = json.loads((REPO / "reports" / "perf" / "cpu.json").read_text())
+    there = tmp_path / "cpu.slow.json"
+    there.write_text(json.dumps({"update": {"paths": {"fp32_blas": {"update_s": 4 * here["update"]["paths"][
+        "fp32_blas"]["update_s"]}}}, "adamw": {"fused": {"step_s": 2 * here["adamw"]["fused"]["step_s"]}}}))
+    updates = estimate.update_ratios(there, "blas")
+    assert (updates["ratio"], updates["adamw_ratio"]) == (0.25, 0.5)
+    cfg = resolve({"profile": "cpu"})
+    costs = estimate.cpu_costs(cfg, None, None)
+    slow = estimate.at_speed(costs, 0.5, updates)
+    assert slow.train_rate == pytest.approx(costs.train_rate / 2)
+    assert slow.student_s == pytest.approx(4 * costs.student_s) and slow.lopd_s == pytest.approx(4 * costs.lopd_s)
+    assert slow.agentic_update_s["grpo"] == pytest.approx(4 * costs.agentic_update_s["grpo"])
+    assert slow.optimizer_s == pytest.approx(2 * costs.optimizer_s)
+    assert estimate.at_speed(costs, 0.5).student_s == costs.student_s  # no --record-cpu: updates as benchmarked
+    with pytest.raises(SystemExit, match=r"--record-cpu .*cpu.slow.json: no fp32_onednn update"):
+        estimate.update_ratios(there, "onednn")
 
 
 def test_the_agentic_machine_speed_is_the_same_evaluation_played_on_both_machines(estimate):
