@@ -193,9 +193,10 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
                                                          for kind, v in variants.items())]
     train = base["train_step"]
     eval_play = (PERF / "agentic_eval.json").exists() and read("agentic_eval.json").get(cfg.profile)
-    # a measurement with the backend's own sampler: the check's recorded run (vLLM's sort, benchmarks apart) keeps
-    # the episode model
-    eval_episode_s = eval_play["together"]["seconds_per_episode"] if eval_play and sampler is None else None
+    # the episodes were measured with the backend's own sampler: a record sampled with vLLM's sort keeps the episode
+    # model (a sampler-free estimate, or a record sampled with ours, takes them)
+    own_sampler = sampler is None or sampler == entry.get("sampler", UNNAMED_SAMPLER)
+    eval_episode_s = eval_play["together"]["seconds_per_episode"] if eval_play and own_sampler else None
     return Costs(
         train_rate=rate(train), validation_rate=rate(base["validation"]),
         eval_rate={b: rate(e) for b, e in evals.items()},
@@ -210,7 +211,7 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
         agentic_update_s={kind: matmul_factor(v.get("cpu_matmul", UNNAMED_MATMUL), target)
                           * v["update_s"] / sum(v["sequence_tokens"]) for kind, v in variants.items()},
         startup_s=sum(startup["imports_s"].values()) / len(startup["imports_s"]) + startup["mlflow_s"],
-        agentic_train_episode_s=(entry.get("agentic_train_step") or {}).get("seconds_per_episode") if sampler is None
+        agentic_train_episode_s=(entry.get("agentic_train_step") or {}).get("seconds_per_episode") if own_sampler
         else None,
         agentic_eval_episode_s=eval_episode_s,
         sources={"sampling": f"profile_rollouts.json ({entry['backend']}{', sampler ' + used if used else ''}, "

@@ -188,6 +188,22 @@ def test_the_learning_race_is_estimated_stage_by_stage(estimate):
     assert any("learn.max_new_tokens" in line for line in assumptions)
 
 
+def test_a_record_sampled_with_the_backends_sampler_takes_the_measured_episodes(estimate):
+    """The agentic episodes were measured with the backend's sampler (top_k_first): a record that sampled with it
+    (a re-recording) is priced with them, as `make estimate` is; one that sampled with vLLM's sort keeps the episode
+    model."""
+    cfg = resolve({"profile": "cpu"})
+    perf = REPO / "reports" / "perf"
+    played = json.loads((perf / "agentic_eval.json").read_text())["cpu"]["together"]["seconds_per_episode"]
+    trained = json.loads((perf / "profile_rollouts.json").read_text())["cpu"]["agentic_train_step"]
+    for sampler in (None, "top_k_first"):
+        costs = estimate.cpu_costs(cfg, None, None, sampler=sampler)
+        assert (costs.agentic_eval_episode_s, costs.agentic_train_episode_s) == (
+            played, trained["seconds_per_episode"])
+    sort = estimate.cpu_costs(cfg, None, None, sampler="vocabulary_sort")
+    assert (sort.agentic_eval_episode_s, sort.agentic_train_episode_s) == (None, None)
+
+
 def test_the_rates_are_those_of_the_sampler_asked_for(estimate):
     """profile_rollouts.json measures the CPU engine with the backend's sampler (its top level) and vLLM's own beside
     it; an entry without `sampler` predates the backend's and sampled with vLLM's."""
