@@ -582,16 +582,21 @@ def eval_play_ratio(bench: dict, summaries: list[dict]) -> dict | None:
 def machine_ratios(record: dict, profile: str) -> dict[str, dict | str]:
     """Per domain, how much slower the benchmarks' machine sampled than the machine that recorded the run, on the same
     work with the same sampler: code, profile_rollouts.json's training step against the recorded GRPO run's first
-    step (plots/train/grpo.json); agentic, agentic_eval.json's benchmarks played together against the recorded
-    Vanilla evaluation's play (results/agentic/eval/vanilla/), where that run played them together (else the code
-    domain's ratio, said so). A diagnostic of the check only: the estimate never reads a recorded run."""
+    step (plots/train/grpo.json), where it is the same batch (a record with other training tasks gives none);
+    agentic, agentic_eval.json's benchmarks played together against the recorded Vanilla evaluation's play
+    (results/agentic/eval/vanilla/), where that run played them together (else the code domain's ratio, said so).
+    A diagnostic of the check only: the estimate never reads a recorded run."""
     ratios: dict[str, dict | str] = {}
     history = recorded_file(record, "train@grpo", "plots/train/grpo.json")
-    if history is None:
+    bench = sampled_parts(read("profile_rollouts.json")[profile], recorded_sampler(record))["train_step"]
+    first = json.loads(history)[0] if history is not None else None
+    if first is None:
         ratios["code"] = "n/a: the record has no train@grpo"
+    elif abs(first["completions/mean_length"] - bench["mean_tokens"]) >= 1:  # not the batch the benchmark sampled
+        ratios["code"] = (f"n/a: the record's first GRPO batch is not the benchmark's ("
+                          f"{first['completions/mean_length']:.1f} tokens on average against {bench['mean_tokens']}: "
+                          f"other training tasks)")
     else:
-        bench = sampled_parts(read("profile_rollouts.json")[profile], recorded_sampler(record))["train_step"]
-        first = json.loads(history)[0]
         recorded_s = first["time_sampling_s"] + first["time_reward_s"]
         ratios["code"] = {"bench_s": bench["wall_s"], "recorded_s": round(recorded_s, 1),
                           "bench_mean_tokens": bench["mean_tokens"],

@@ -99,6 +99,28 @@ def test_updates_at_the_recording_machines_speed_come_from_its_make_bench(estima
         estimate.update_ratios(there, "onednn")
 
 
+def test_the_code_machine_speed_needs_the_benchmarks_batch(estimate, monkeypatch):
+    """The code ratio times the benchmark's training batch on both machines: a record whose first GRPO batch is
+    another (other training tasks: a run with 96 validation tasks, not the 32 the benchmark's batch came from) gives
+    none, and the agentic domain, without a Vanilla evaluation of its own, none either."""
+    bench = json.loads((REPO / "reports" / "perf" / "profile_rollouts.json").read_text())["cpu"]["train_step"]
+    record = {"sampler": "top_k_first",
+              "stages": {"train@grpo": {"seconds": 1.0, "finished": "now", "machine": "here"}}}
+
+    def first_step(mean_length):
+        history = json.dumps([{"completions/mean_length": mean_length, "time_sampling_s": 60.0, "time_reward_s": 2.0}])
+        monkeypatch.setattr(estimate, "recorded_file",
+                            lambda r, stage, path: history if stage == "train@grpo" else None)
+        return estimate.machine_ratios(record, "cpu")
+
+    same = first_step(bench["mean_tokens"] + 0.5)
+    assert same["code"]["ratio"] == round(bench["wall_s"] / 62.0, 3)
+    assert same["agentic"]["ratio"] == same["code"]["ratio"]
+    other = first_step(bench["mean_tokens"] + 39.2)
+    assert other["code"].startswith("n/a: the record's first GRPO batch is not the benchmark's")
+    assert other["agentic"].startswith("n/a")
+
+
 def test_the_agentic_machine_speed_is_the_same_evaluation_played_on_both_machines(estimate):
     """The agentic ratio compares like with like: the benchmarks played together in one batch on the benchmarks'
     machine (agentic_eval.json) and in the recorded Vanilla evaluation; a record that played them apart did other
