@@ -613,7 +613,7 @@ def machine_ratios(record: dict, profile: str) -> dict[str, dict | str]:
         ratios["agentic"] = {**ratios["code"], "work": "the code domain's (the record's Vanilla evaluation played its "
                                                        "benchmarks apart, or is not in it)"}
     else:
-        ratios["agentic"] = "n/a: the record has neither train@grpo nor eval_agentic@vanilla played together"
+        ratios["agentic"] = "n/a: the record has no eval_agentic@vanilla played together, and the code domain no ratio"
     for domain, ratio in ratios.items():
         if isinstance(ratio, dict):  # the stages of its domain timed on another CPU than the ratio's (wall_time.py)
             source = "eval_agentic@vanilla" if "recorded_policy_steps" in ratio else "train@grpo"

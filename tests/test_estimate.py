@@ -118,7 +118,7 @@ def test_the_code_machine_speed_needs_the_benchmarks_batch(estimate, monkeypatch
     assert same["agentic"]["ratio"] == same["code"]["ratio"]
     other = first_step(bench["mean_tokens"] + 39.2)
     assert other["code"].startswith("n/a: the record's first GRPO batch is not the benchmark's")
-    assert other["agentic"].startswith("n/a")
+    assert other["agentic"].startswith("n/a: the record has no eval_agentic@vanilla played together")
 
 
 def test_the_agentic_machine_speed_is_the_same_evaluation_played_on_both_machines(estimate):
