@@ -20,9 +20,11 @@ On a CPU engine every part is measured twice in the run, side by side: with the 
 `top_k_top_p_cpu`) and, under `vocabulary_sort`, with vLLM's own, which runs recorded before it sampled with
 (`make estimate --check` compares such a run with the rates it sampled at). `same_sampled_tokens`: each part
 sampled as many tokens with both (the tokens themselves are compared in tests/test_vllm_backend.py).
-`--parts` measures some parts only and keeps the profile's other parts as the file holds them.
-Run: python scripts/bench_profile_rollouts.py [--profile cpu] [--eval-tasks 64] [--parts code agentic]
-  (15 minutes on 2 cores)
+`--parts` measures some parts only and keeps the profile's other parts as the file holds them: `train_step` is the code
+training step alone with the backend's sampler, which with `agentic` is the same work timed on another machine in a
+few minutes (`make estimate --check --record-rollouts FILE`: the sampling speed of the machine that recorded a run).
+Run: python scripts/bench_profile_rollouts.py [--profile cpu] [--eval-tasks 64] [--parts code train_step agentic]
+  [--out FILE]   (15 minutes on 2 cores; train_step and agentic alone 3 on a slower Zen 3)
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from lopd.core.vllm_backend import CPU_SAMPLER, VLLMBackend, vocabulary_sort_sam
 from pipelines.common import BASE_MODEL_DIR, for_domain, run_stage, training_domain  # noqa: E402
 from pipelines.domains.code import training_tasks  # noqa: E402
 from pipelines.evaluate import NotAvailable, code_benchmark, evaluate_together, protocol_groups  # noqa: E402
+from scripts.wall_time import cpu_name  # noqa: E402
 
 OUT = REPO / "reports" / "perf" / "profile_rollouts.json"
 
@@ -58,6 +61,17 @@ def part(wall_s: float, tokens: int, rollouts: int) -> dict:
             "mean_tokens": round(tokens / rollouts, 1)}
 
 
+def measure_train_step(cfg, backend, tokenizer, split) -> dict:
+    """One code training step's rollouts: the first training tasks of `split`, grpo.group_size rollouts each."""
+    group = cfg.section(GRPOConfig).group_size
+    tasks = split.tasks[:cfg.train.rollouts_per_step // group]
+    start = time.perf_counter()
+    rollouts = split.collect(backend, tokenizer, tasks, sampling_params(cfg, cfg.sampling.max_new_tokens), cfg.seed,
+                             group)
+    return {**part(time.perf_counter() - start, sum(t.num_action_tokens for t in rollouts), len(rollouts)),
+            "mean_prompt_tokens": round(sum(len(t.turns[0].context_ids) for t in rollouts) / len(rollouts), 1)}
+
+
 def measure_parts(cfg, backend, tokenizer) -> dict:
     """The profile's train_step, validation and eval parts, timed on `backend` (its prefix cache emptied first, so a
     second measurement finds what the first did)."""
@@ -65,15 +79,7 @@ def measure_parts(cfg, backend, tokenizer) -> dict:
         backend.llm.reset_prefix_cache()
     parts: dict = {}
     with training_tasks(cfg) as split:
-        group = cfg.section(GRPOConfig).group_size
-        tasks = split.tasks[:cfg.train.rollouts_per_step // group]
-        start = time.perf_counter()
-        rollouts = split.collect(backend, tokenizer, tasks, sampling_params(cfg, cfg.sampling.max_new_tokens), cfg.seed,
-                                 group)
-        parts["train_step"] = {**part(time.perf_counter() - start, sum(t.num_action_tokens for t in rollouts),
-                                      len(rollouts)),
-                               "mean_prompt_tokens": round(sum(len(t.turns[0].context_ids) for t in rollouts)
-                                                           / len(rollouts), 1)}
+        parts["train_step"] = measure_train_step(cfg, backend, tokenizer, split)
         start = time.perf_counter()
         before = backend.stats["sampled_tokens"]
         validate(backend, tokenizer, split.collect, split.validation, greedy_params(cfg.sampling.max_new_tokens), 1,
@@ -133,9 +139,9 @@ def main() -> None:
     parser.add_argument("--eval-tasks", type=int, default=64,
                         help="tasks per code benchmark, sampled at once as the evaluation does (the concurrency sets "
                              "the rate)")
-    parser.add_argument("--parts", nargs="+", choices=("code", "agentic"), default=["code", "agentic"],
-                        help="code: train_step, validation and eval (with both CPU samplers); agentic: "
-                             "agentic_train_step")
+    parser.add_argument("--parts", nargs="+", choices=("code", "train_step", "agentic"), default=["code", "agentic"],
+                        help="code: train_step, validation and eval (with both CPU samplers); train_step: the code "
+                             "training step alone (the backend's sampler); agentic: agentic_train_step")
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args()
     cfg = resolve({"profile": args.profile, "eval": {"task_limit": args.eval_tasks}})
@@ -143,6 +149,7 @@ def main() -> None:
     backend = make_backend(BASE_MODEL_DIR, tokenizer, cfg, cfg.sampling.batch_size)
     backend.generate([tokenizer("warm-up")["input_ids"]] * 2, SamplingParams(max_new_tokens=4), seed=0)
     result = {"profile": cfg.profile, "model": cfg.model.name, "backend": type(backend).__name__,
+              "machine": cpu_name(Path("/proc/cpuinfo").read_text()) if Path("/proc/cpuinfo").exists() else "unknown",
               "max_new_tokens": cfg.sampling.max_new_tokens, "eval_max_new_tokens": cfg.eval.max_new_tokens}
     cpu_engine = isinstance(backend, VLLMBackend) and not backend.cuda
     if cpu_engine:
@@ -153,6 +160,9 @@ def main() -> None:
             with vocabulary_sort_sampler():
                 result["vocabulary_sort"] = measure_parts(cfg, backend, tokenizer)
             result["same_sampled_tokens"] = sampled_tokens(result) == sampled_tokens(result["vocabulary_sort"])
+    elif "train_step" in args.parts:
+        with training_tasks(cfg) as split:
+            result["train_step"] = measure_train_step(cfg, backend, tokenizer, split)
     if "agentic" in args.parts:
         result["agentic_train_step"] = measure_agentic_step(cfg, backend, tokenizer)
     out = Path(args.out)

@@ -26,12 +26,13 @@ reports/perf/default_run_wall_time.json: the cpu profile on this project's 2-cor
 stages the record lacks is n/a, and is compared over the stages it has: a re-recording in progress), and writes
 reports/perf/estimate_check.json; like with like: the params that run ran, from the rates of the sampler it sampled
 with (profile_rollouts.json measures both CPU samplers side by side), and again at the recording machine's speed: per
-domain, the same work timed on the benchmarks' machine and in the record (code: the first GRPO batch; agentic: the
-base model's evaluation, its benchmarks played together); its updates at the same speed as on the benchmarks'
-machine through the record's path, unless `--record-cpu` gives that machine's `make bench` (cpu.json's update and
-AdamW step, timed on both).
+domain, work timed on the benchmarks' machine and in the record (code: a first GRPO batch as long as the benchmark's
+training step, other tasks; agentic: the base model's evaluation, its benchmarks played together), or the same work
+timed on both machines where `--record-rollouts` gives that machine's profile_rollouts (its training steps, code and
+agentic); its updates at the same speed as on the benchmarks' machine through the record's path, unless `--record-cpu`
+gives that machine's `make bench` (cpu.json's update and AdamW step, timed on both).
 Run: python scripts/estimate.py [--profile cpu] [--gpus 1] [--gpu cpu|h100|h200]
-                                [--check [--record FILE] [--record-cpu FILE]]
+                                [--check [--record FILE] [--record-cpu FILE] [--record-rollouts FILE]]
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ TEACHER_FORWARD_SHARE = 1 / 3
 """A pass without backward as a share of the same pass with one (a forward is ~1/3 of forward + backward): the
 text-context baselines' teachers and the composer's forward passes, which no benchmark times alone."""
 CHECK_TOLERANCE = 0.25
+SAME_WORK_TOKENS = 0.02
+"""Two machines sampled the same work where the same tasks and seeds sampled this close a token count: their float
+rounding differs by CPU kind, which can flip a sampled token and so a continuation."""
 RECORD = PERF / "default_run_wall_time.json"
 """The recorded default run `--check` compares with (scripts/wall_time.py writes it)."""
 
@@ -579,48 +583,98 @@ def eval_play_ratio(bench: dict, summaries: list[dict]) -> dict | None:
             "ratio": round(bench["wall_s"] / recorded_s, 3)}
 
 
-def machine_ratios(record: dict, profile: str) -> dict[str, dict | str]:
-    """Per domain, how much slower the benchmarks' machine sampled than the machine that recorded the run, on the same
-    work with the same sampler: code, profile_rollouts.json's training step against the recorded GRPO run's first
-    step (plots/train/grpo.json), where it is the same batch (a record with other training tasks gives none);
-    agentic, agentic_eval.json's benchmarks played together against the recorded Vanilla evaluation's play
+def machine_ratios(record: dict, profile: str, machine_rollouts: Path | None = None) -> dict[str, dict | str]:
+    """Per domain, how much slower the benchmarks' machine sampled than the machine that recorded the run, with the
+    same sampler: given `machine_rollouts` (that machine's scripts/bench_profile_rollouts.py --parts train_step
+    agentic), the same work timed on both (`rollout_ratios`); else from the record, code: profile_rollouts.json's
+    training step against the recorded GRPO run's first step (plots/train/grpo.json), other tasks (the benchmark takes
+    the first training tasks, the loop a seeded permutation's) and so only where the two are as long (mean tokens
+    within 1); agentic: agentic_eval.json's benchmarks played together against the recorded Vanilla evaluation's play
     (results/agentic/eval/vanilla/), where that run played them together (else the code domain's ratio, said so).
     A diagnostic of the check only: the estimate never reads a recorded run."""
+    if machine_rollouts is not None:
+        ratios = rollout_ratios(machine_rollouts, profile)
+    else:
+        ratios = recorded_ratios(record, profile)
+    for domain, ratio in ratios.items():
+        if isinstance(ratio, dict):  # the stages of its domain timed on another CPU than the ratio's (wall_time.py)
+            ratio["stages_on_other_machines"] = [
+                stage for stage, entry in record["stages"].items()
+                if domain_of(stage) == domain and entry.get("machine", "an unnamed CPU") != ratio["machine"]]
+    return ratios
+
+
+def recorded_ratios(record: dict, profile: str) -> dict[str, dict | str]:
+    """`machine_ratios` from the record itself: its first GRPO step and its Vanilla tool-use evaluation."""
     ratios: dict[str, dict | str] = {}
     history = recorded_file(record, "train@grpo", "plots/train/grpo.json")
     bench = sampled_parts(read("profile_rollouts.json")[profile], recorded_sampler(record))["train_step"]
     first = json.loads(history)[0] if history is not None else None
     if first is None:
         ratios["code"] = "n/a: the record has no train@grpo"
-    elif abs(first["completions/mean_length"] - bench["mean_tokens"]) >= 1:  # not the batch the benchmark sampled
-        ratios["code"] = (f"n/a: the record's first GRPO batch is not the benchmark's ("
-                          f"{first['completions/mean_length']:.1f} tokens on average against {bench['mean_tokens']}: "
-                          f"other training tasks)")
+    elif abs(first["completions/mean_length"] - bench["mean_tokens"]) >= 1:
+        ratios["code"] = (f"n/a: the record's first GRPO batch is not as long as the benchmark's training step ("
+                          f"{first['completions/mean_length']:.1f} tokens on average against {bench['mean_tokens']}); "
+                          f"--record-rollouts times the same work on both machines")
     else:
         recorded_s = first["time_sampling_s"] + first["time_reward_s"]
         ratios["code"] = {"bench_s": bench["wall_s"], "recorded_s": round(recorded_s, 1),
                           "bench_mean_tokens": bench["mean_tokens"],
                           "recorded_mean_tokens": first["completions/mean_length"],
-                          "ratio": round(bench["wall_s"] / recorded_s, 3), "work": "the first GRPO batch"}
+                          "ratio": round(bench["wall_s"] / recorded_s, 3),
+                          "work": "a first GRPO batch as long as the benchmark's training step (other tasks)",
+                          "machine": record["stages"]["train@grpo"].get("machine", "an unnamed CPU")}
     measured = read("agentic_eval.json")[profile]
     together = {**measured["together"], "benchmarks": measured["benchmarks"]}
     files = [recorded_file(record, "eval_agentic@vanilla", f"results/agentic/eval/vanilla/{b}.json")
              for b in together["benchmarks"]]
     played = None if None in files else eval_play_ratio(together, [json.loads(f)["summary"] for f in files])
     if played is not None:
-        ratios["agentic"] = {**played, "work": "the base model's evaluation, its benchmarks played together"}
+        ratios["agentic"] = {**played, "work": "the base model's evaluation, its benchmarks played together",
+                             "machine": record["stages"]["eval_agentic@vanilla"].get("machine", "an unnamed CPU")}
     elif isinstance(ratios["code"], dict):
         ratios["agentic"] = {**ratios["code"], "work": "the code domain's (the record's Vanilla evaluation played its "
                                                        "benchmarks apart, or is not in it)"}
     else:
         ratios["agentic"] = "n/a: the record has no eval_agentic@vanilla played together, and the code domain no ratio"
-    for domain, ratio in ratios.items():
-        if isinstance(ratio, dict):  # the stages of its domain timed on another CPU than the ratio's (wall_time.py)
-            source = "eval_agentic@vanilla" if "recorded_policy_steps" in ratio else "train@grpo"
-            ratio["machine"] = record["stages"][source].get("machine", "an unnamed CPU")
-            ratio["stages_on_other_machines"] = [
-                stage for stage, entry in record["stages"].items()
-                if domain_of(stage) == domain and entry.get("machine", "an unnamed CPU") != ratio["machine"]]
+    return ratios
+
+
+def same_work(bench: dict, there: dict, count: str) -> str | None:
+    """Why two timings of one benchmark part are not the same work (None where they are): another number of `count`
+    (rollouts, episodes), or sampled token counts further apart than SAME_WORK_TOKENS."""
+    if bench[count] != there[count]:
+        return f"{there[count]} {count} against the benchmark's {bench[count]}"
+    if abs(there["sampled_tokens"] - bench["sampled_tokens"]) > SAME_WORK_TOKENS * bench["sampled_tokens"]:
+        return f"{there['sampled_tokens']} sampled tokens against the benchmark's {bench['sampled_tokens']}"
+    return None
+
+
+def rollout_ratios(machine_rollouts: Path, profile: str) -> dict[str, dict | str]:
+    """`machine_ratios` from the recording machine's profile_rollouts (`machine_rollouts`): its code and agentic
+    training steps against profile_rollouts.json's, the same tasks, seeds and sampler on both machines."""
+    try:
+        there = json.loads(machine_rollouts.read_text())[profile]
+        missing = [key for key in ("sampler", "train_step", "agentic_train_step") if key not in there]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        missing, there = [f"its {profile} profile ({type(err).__name__}: {err})"], {}
+    if missing:
+        sys.exit(f"error: --record-rollouts {machine_rollouts}: no {', '.join(missing)} (scripts/"
+                 f"bench_profile_rollouts.py --profile {profile} --parts train_step agentic --out FILE)")
+    here = read("profile_rollouts.json")[profile]
+    if there["sampler"] != here.get("sampler", UNNAMED_SAMPLER):
+        sys.exit(f"error: --record-rollouts {machine_rollouts}: sampled with {there['sampler']}, "
+                 f"profile_rollouts.json with {here.get('sampler', UNNAMED_SAMPLER)}")
+    ratios: dict[str, dict | str] = {}
+    for domain, part, count in (("code", "train_step", "rollouts"), ("agentic", "agentic_train_step", "episodes")):
+        other = same_work(here[part], there[part], count)
+        ratios[domain] = f"n/a: {display(machine_rollouts)}'s {part} is not the same work: {other}" if other else {
+            "bench_s": here[part]["wall_s"], "recorded_s": there[part]["wall_s"],
+            "bench_sampled_tokens": here[part]["sampled_tokens"],
+            "recorded_sampled_tokens": there[part]["sampled_tokens"],
+            "ratio": round(here[part]["wall_s"] / there[part]["wall_s"], 3),
+            "work": f"the benchmark's {part}, timed on both machines ({display(machine_rollouts)})",
+            "machine": there.get("machine", "an unnamed CPU")}
     return ratios
 
 
@@ -699,6 +753,8 @@ def main() -> None:
                         help="the recorded run --check compares with (an output of scripts/wall_time.py)")
     parser.add_argument("--record-cpu", type=Path, help="the recording machine's `make bench` (scripts/bench_cpu.py "
                         "--out): --check's updates at that machine's speed")
+    parser.add_argument("--record-rollouts", type=Path, help="the recording machine's scripts/bench_profile_rollouts.py "
+                        "--parts train_step agentic --out FILE: --check's sampling speed from the same work")
     args = parser.parse_args()
     if args.gpus < 1:
         sys.exit("error: --gpus: must be >= 1")
@@ -732,7 +788,7 @@ def main() -> None:
         as_recorded = cpu_costs(ran, args.mean_tokens, args.eval_mean_tokens, sampler=sampler, matmul=matmul)
         result = {**check(estimate(ran, as_recorded, args.gpus)[0], record), "record": display(args.record),
                   "sampler": sampler, "cpu_matmul": matmul, "validation_tasks": ran.data.validation_tasks}
-        machine = machine_ratios(record, cfg.profile)
+        machine = machine_ratios(record, cfg.profile, args.record_rollouts)
         result["machine"] = machine
         updates = update_ratios(args.record_cpu, matmul) if args.record_cpu else (
             f"n/a: no --record-cpu; updates at the benchmarks' machine's rates through {matmul}")
@@ -771,8 +827,8 @@ def main() -> None:
                                       for s, e in part["stages"].items()))
         for domain, ratio in machine.items():
             print(f"{domain} speed: " + (ratio if isinstance(ratio, str) else
-                  f"{ratio['work']}: {ratio['bench_s']} s on the benchmarks' machine, {ratio['recorded_s']} s in the "
-                  f"record on {ratio['machine']} (x{ratio['ratio']})" + (
+                  f"{ratio['work']}: {ratio['bench_s']} s on the benchmarks' machine, {ratio['recorded_s']} s on "
+                  f"{ratio['machine']} (x{ratio['ratio']})" + (
                       f"; timed on other CPUs: {', '.join(ratio['stages_on_other_machines'])}"
                       if ratio["stages_on_other_machines"] else "")))
         print("update speed: " + (updates if isinstance(updates, str) else
