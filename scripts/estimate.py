@@ -753,8 +753,9 @@ def main() -> None:
                         help="the recorded run --check compares with (an output of scripts/wall_time.py)")
     parser.add_argument("--record-cpu", type=Path, help="the recording machine's `make bench` (scripts/bench_cpu.py "
                         "--out): --check's updates at that machine's speed")
-    parser.add_argument("--record-rollouts", type=Path, help="the recording machine's scripts/bench_profile_rollouts.py "
-                        "--parts train_step agentic --out FILE: --check's sampling speed from the same work")
+    parser.add_argument("--record-rollouts", type=Path, help="the recording machine's scripts/"
+                        "bench_profile_rollouts.py --parts train_step agentic --out FILE: --check's sampling speed "
+                        "from the same work")
     args = parser.parse_args()
     if args.gpus < 1:
         sys.exit("error: --gpus: must be >= 1")
