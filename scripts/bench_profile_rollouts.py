@@ -51,7 +51,7 @@ from lopd.core.vllm_backend import CPU_SAMPLER, VLLMBackend, vocabulary_sort_sam
 from pipelines.common import BASE_MODEL_DIR, for_domain, run_stage, training_domain  # noqa: E402
 from pipelines.domains.code import training_tasks  # noqa: E402
 from pipelines.evaluate import NotAvailable, code_benchmark, evaluate_together, protocol_groups  # noqa: E402
-from scripts.wall_time import cpu_name  # noqa: E402
+from scripts.wall_time import this_cpu  # noqa: E402
 
 OUT = REPO / "reports" / "perf" / "profile_rollouts.json"
 
@@ -149,7 +149,7 @@ def main() -> None:
     backend = make_backend(BASE_MODEL_DIR, tokenizer, cfg, cfg.sampling.batch_size)
     backend.generate([tokenizer("warm-up")["input_ids"]] * 2, SamplingParams(max_new_tokens=4), seed=0)
     result = {"profile": cfg.profile, "model": cfg.model.name, "backend": type(backend).__name__,
-              "machine": cpu_name(Path("/proc/cpuinfo").read_text()) if Path("/proc/cpuinfo").exists() else "unknown",
+              "machine": this_cpu(),
               "max_new_tokens": cfg.sampling.max_new_tokens, "eval_max_new_tokens": cfg.eval.max_new_tokens}
     cpu_engine = isinstance(backend, VLLMBackend) and not backend.cuda
     if cpu_engine:

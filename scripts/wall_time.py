@@ -70,6 +70,12 @@ def cpu_name(cpuinfo: str) -> str:
     return f"{fields.get('model name', 'unknown')} ({numbers}, {vector})"
 
 
+def this_cpu() -> str:
+    """`cpu_name` of the machine at hand ('unknown' where there is no /proc/cpuinfo)."""
+    cpuinfo = Path("/proc/cpuinfo")
+    return cpu_name(cpuinfo.read_text()) if cpuinfo.exists() else "unknown"
+
+
 def merge_earlier(result: dict[str, Any], earlier: dict[str, dict[str, Any]], stages: list[str]) -> dict[str, Any]:
     """`result` (from `stage_wall_times`) with each of its missing stages taken from `earlier` (file name -> an
     earlier output of this script) where one has it: the newest `finished` among them, marked with its file."""
@@ -144,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     runs, experiment, uri = mlflow_runs(args.experiment, args.uri)
     stages = dag_stages()
     here = stage_wall_times(runs, stages)
-    machine = cpu_name(Path("/proc/cpuinfo").read_text()) if Path("/proc/cpuinfo").exists() else "unknown"
+    machine = this_cpu()
     here["stages"] = {stage: {**entry, "machine": machine} for stage, entry in here["stages"].items()}
     result = merge_earlier(here, earlier, stages)
     store = uri.replace(str(Path.home()), "~")  # the file is committed: no machine's absolute path in it
