@@ -13,7 +13,7 @@ it, timed end to end (sampling and the sandbox's scoring):
 - agentic_train_step: one agentic training step's episodes (`agentic.rollouts_per_step`: the first training tasks,
   grpo.group_size episodes each, played in their environments as the stage plays them), with the backend's sampler
   only: its seconds, policy steps and sampled tokens an episode, how long the episodes really run (their cap,
-  `agentic.max_steps`, is only a bound).
+  `agentic.max_steps`, is only a bound), and their rewards: how many reach the agentic bank's threshold.
 Each records its wall time, sampled tokens and mean completion length: what a rollout costs and how long it is at the
 profile's budget, which the engines' token rates (rollout.json, gpu.json) do not say.
 On a CPU engine every part is measured twice in the run, side by side: with the backend's sampler (`top_k_first`,
@@ -121,7 +121,10 @@ def measure_agentic_step(cfg, backend, tokenizer) -> dict:
                                agentic.seed, group)
         wall_s = time.perf_counter() - start
     steps, tokens = sum(t.behaviour.steps for t in played), sum(t.num_action_tokens for t in played)
-    return {"episodes": len(played), "wall_s": round(wall_s, 1), "policy_steps": steps, "sampled_tokens": tokens,
+    threshold = agentic.bank.success_threshold  # agentic.bank_success_threshold: what build_bank_agentic keeps
+    return {"episodes": len(played), "rewards": [round(t.reward, 4) for t in played],
+            "bank_success_threshold": threshold, "bank_successes": sum(t.reward >= threshold for t in played),
+            "wall_s": round(wall_s, 1), "policy_steps": steps, "sampled_tokens": tokens,
             "seconds_per_episode": round(wall_s / len(played), 2), "mean_steps": round(steps / len(played), 2),
             "mean_step_tokens": round(tokens / steps, 1),
             "mean_first_context_tokens": round(sum(len(t.turns[0].context_ids) for t in played) / len(played), 1),

@@ -8,7 +8,10 @@ release: n/a), in a scratch folder so that no output of the repository is touche
 - the stage itself with MLflow off and with a sqlite store: the difference is MLflow's import, its store's set-up
   (SQLAlchemy's models) and the run's writes;
 - DVC's YAML work per stage: after a stage it reads dvc.lock for update and writes it back (round-trip ruamel), and
-  at start-up it reads dvc.yaml and dvc.lock; timed on this repository's files with DVC's own functions.
+  at start-up it reads dvc.yaml and dvc.lock; timed on this repository's files with DVC's own functions;
+- the rollout engine's start, which every stage that samples pays once (training, validation, bank, evaluation):
+  the cpu profile's engine (`make_backend`, vLLM) built on models/base in a fresh process, the model's weights
+  loaded, its KV cache allocated and its warm-up run (n/a without vLLM or models/base).
 `--dag` instead clones the repository into a scratch folder (../shared beside it, as for CI) and times
 `dvc exp run -S profile=smoke`, then `-S margin=0.02` on top (MLflow on, a fresh store): the numbers in
 docs/experiments.md.
@@ -90,6 +93,36 @@ def dvc_yaml_costs(repeats: int) -> dict:
             "lock_rewrite_after_each_stage_s": update, "read_dvc_yaml_and_lock_s": load}
 
 
+ENGINE = ("import sys, time; sys.argv = ['x']\n"
+          "from pipelines.common import BASE_MODEL_DIR, parse_args\n"
+          "from lopd.core.models import load_tokenizer\n"
+          "from lopd.core.rollout import make_backend\n"
+          "_, cfg = parse_args('x')\n"
+          "tokenizer = load_tokenizer(BASE_MODEL_DIR)\n"
+          "start = time.perf_counter()\n"
+          "make_backend(BASE_MODEL_DIR, tokenizer, cfg, cfg.eval.batch_size)\n"
+          "print('engine_s', time.perf_counter() - start)\n")
+"""The cpu profile's rollout engine built as a stage builds it, its seconds printed last."""
+
+
+def engine_costs(repeats: int) -> dict:
+    """The rollout engine's start in a fresh process (the median of `repeats`), or why it is n/a."""
+    from lopd.core.vllm_backend import vllm_available
+
+    if not vllm_available():
+        return {"engine_start_s": "n/a: vllm is not installed"}
+    if not (REPO_ROOT / "models" / "base").is_dir():
+        return {"engine_start_s": "n/a: no models/base (dvc repro prepare_model)"}
+
+    def start() -> float:
+        proc = subprocess.run([sys.executable, "-c", ENGINE], cwd=REPO_ROOT, capture_output=True, text=True)
+        if proc.returncode:
+            sys.exit(f"error: the engine's start: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+        return float(proc.stdout.split()[-1])
+
+    return {"engine_start_s": median(start, repeats)}
+
+
 def dag_costs(shared: Path) -> dict:
     """`dvc exp run -S profile=smoke`, then the margin ablation on it, in a fresh clone; stage count and seconds."""
     with tempfile.TemporaryDirectory(dir=REPO_ROOT.parent) as scratch:
@@ -124,7 +157,8 @@ def main() -> None:
     else:
         with tempfile.TemporaryDirectory() as scratch:
             out, result = OUT, {"cpus": os.cpu_count(), "repeats": args.repeats, "commit": _commit(),
-                                **stage_costs(args.repeats, Path(scratch)), **dvc_yaml_costs(args.repeats)}
+                                **stage_costs(args.repeats, Path(scratch)), **dvc_yaml_costs(args.repeats),
+                                **engine_costs(args.repeats)}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

@@ -8,11 +8,13 @@ Every rate is a benchmark's, from reports/perf/ (never a recorded stage time: th
   and sequence length;
 - rollout.json (`make bench-rollout`): the engine's prompt prefill and multi-turn rates (agentic episodes);
 - lopd_step.json: a whole GRPO and LOPD update per trained action token (the first update of a process, less its
-  first AdamW step) and the passes of LOPD's teacher and composer; cpu.json (`make bench`): an AdamW step, the first
-  and a later one; agentic_update.json: updates on agentic episodes (per sequence token); tool_calls.json: agentic
-  success; stage_startup.json: a stage's start-up; agentic_eval.json (scripts/bench_agentic_eval.py): an agentic
-  evaluation's seconds per episode, its benchmarks played together as the stage plays them (where the profile has one;
-  else from the episode lengths and the training rate);
+  first AdamW step) and the passes of LOPD's teacher and composer; composer.json (scripts/bench_composer.py): composing
+  an evaluation task's latent context (Base + Composer) and the cold start's step, NLL measurement and anchors;
+  cpu.json (`make bench`): an AdamW step, the first and a later one; agentic_update.json: updates on agentic
+  episodes (per sequence token); tool_calls.json: agentic success; stage_startup.json: a stage's start-up and the
+  rollout engine's, which every stage that samples pays once; agentic_eval.json (scripts/bench_agentic_eval.py): an
+  agentic evaluation's seconds per episode, its benchmarks played together as the stage plays them (where the profile
+  has one; else from the episode lengths and the training rate);
 - on a GPU (GPU=h100|h200), gpu.json from `make bench-gpu` on that GPU: the CPU's sampling rates are scaled by the
   measured engine speed-up (its decode engine's tokens/s over the CPU engine's, rollout.json) and the update costs by
   its GRPO and LOPD update rates; the sandbox and start-up stay the CPU's.
@@ -99,6 +101,14 @@ class Costs:
     """LOPD's teacher pass (forward + backward to its latent inputs), per action token."""
     composer_s: float
     """The composer's pass with backward, per action token of the trajectories it serves."""
+    compose_s: float
+    """Composing one code task's latent context at evaluation (retrieval, the encoder pass, the QFormer)."""
+    cold_start_entry_s: float
+    """A cold start step per bank entry it trains on (compose, the teacher's pass, backward, AdamW)."""
+    cold_start_measure_s: float
+    """The cold start's NLL measurement per bank entry (forward only)."""
+    anchor_s: float
+    """Composing one training task's anchor latents (the cold start's c_phi0)."""
     lopd_s: float
     """A whole LOPD update, per action token."""
     optimizer_s: float
@@ -108,6 +118,9 @@ class Costs:
     agentic_update_s: dict[str, float]
     """Per sequence token of a trained episode: grpo (the student alone) and lopd."""
     startup_s: float
+    engine_start_s: float
+    """Starting the rollout engine, once in every stage that samples (its model loaded, its cache allocated, its
+    warm-up)."""
     agentic_train_episode_s: float | None = None
     """Seconds per episode of an agentic training step, as profile_rollouts.json measured one with the backend's
     sampler; None (another sampler's rates): from the episode lengths and the training rate."""
@@ -165,9 +178,9 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
     """This CPU's costs from the benchmarks. `sampler`: the rates of that CPU sampler (None: the backend's own).
     `matmul`: the float32 matmul path updates are costed for (None: lopd_step.json's, the path the stages take on the
     benchmarks' machine); an update measured through another path is scaled by `matmul_factor`."""
-    profiles, rollout, step_file, agentic, startup, cpu = (read(n) for n in (
+    profiles, rollout, step_file, agentic, startup, cpu, latent = (read(n) for n in (
         "profile_rollouts.json", "rollout.json", "lopd_step.json", "agentic_update.json", "stage_startup.json",
-        "cpu.json"))
+        "cpu.json", "composer.json"))
     measured = profiles.get(cfg.profile)
     if measured is None and (mean_tokens is None or eval_mean_tokens is None):
         sys.exit(f"error: reports/perf/profile_rollouts.json: no entry for profile {cfg.profile} (run python "
@@ -185,6 +198,13 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
     tokens, passes = step["action_tokens"], step["passes_s"]
     adamw = cpu["adamw"]["fused"]  # the loop's AdamW on CPU (lopd.core.loop.policy_optimizer); memory-bound
     first_update = {kind: step[f"{kind}_update_s"] - adamw["first_step_s"] for kind in ("grpo", "lopd")}
+    if not isinstance(startup.get("engine_start_s"), (int, float)):
+        sys.exit("error: reports/perf/stage_startup.json: engine_start_s is "
+                 f"{startup.get('engine_start_s', 'missing')} (python scripts/bench_stage_startup.py on a machine with "
+                 "vLLM and models/base)")
+    if latent["model"] != model:
+        sys.exit(f"error: reports/perf/composer.json: measured on {latent['model']}, not {model} "
+                 "(python scripts/bench_composer.py)")
     if agentic.get("model") != model:  # a file without the key predates it: the cpu profile's SmolLM2-135M then
         sys.exit(f"error: reports/perf/agentic_update.json: measured on {agentic.get('model', 'an unnamed model')}, "
                  f"not {model} (python scripts/bench_agentic_update.py)")
@@ -192,9 +212,11 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
     target = matmul or step_matmul
     scale = matmul_factor(step_matmul, target)
     variants = {kind: agentic["variants"][f"{kind}:on"] for kind in ("grpo", "lopd")}
-    measured_paths = [("lopd_step.json", step_matmul), *((f"agentic_update.json's {kind}",
-                                                          v.get("cpu_matmul", UNNAMED_MATMUL))
-                                                         for kind, v in variants.items())]
+    latent_scale = matmul_factor(latent["cpu_matmul"], target)
+    cold = latent["cold_start"]
+    measured_paths = [("lopd_step.json", step_matmul), ("composer.json", latent["cpu_matmul"]),
+                      *((f"agentic_update.json's {kind}", v.get("cpu_matmul", UNNAMED_MATMUL))
+                        for kind, v in variants.items())]
     train = base["train_step"]
     eval_play = (PERF / "agentic_eval.json").exists() and read("agentic_eval.json").get(cfg.profile)
     # the episodes were measured with the backend's own sampler: a record sampled with vLLM's sort keeps the episode
@@ -211,16 +233,22 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
         prefill_rate=rollout["prefill_tokens_per_s"],
         student_s=scale * first_update["grpo"] / tokens, teacher_s=scale * passes["teacher"] / tokens,
         composer_s=scale * passes["composer"] / tokens, lopd_s=scale * first_update["lopd"] / tokens,
+        compose_s=latent_scale * latent["compose"]["seconds_per_task"],
+        cold_start_entry_s=latent_scale * cold["step_s"] / cold["batch_size"],
+        cold_start_measure_s=latent_scale * cold["seconds_per_measured_entry"],
+        anchor_s=latent_scale * cold["seconds_per_anchor_task"],
         optimizer_s=adamw["step_s"], first_optimizer_s=adamw["first_step_s"] - adamw["step_s"],
         agentic_update_s={kind: matmul_factor(v.get("cpu_matmul", UNNAMED_MATMUL), target)
                           * v["update_s"] / sum(v["sequence_tokens"]) for kind, v in variants.items()},
         startup_s=sum(startup["imports_s"].values()) / len(startup["imports_s"]) + startup["mlflow_s"],
+        engine_start_s=startup["engine_start_s"],
         agentic_train_episode_s=(entry.get("agentic_train_step") or {}).get("seconds_per_episode") if own_sampler
         else None,
         agentic_eval_episode_s=eval_episode_s,
         sources={"sampling": f"profile_rollouts.json ({entry['backend']}{', sampler ' + used if used else ''}, "
                              f"{entry['model']}, profile {entry['profile']})",
-                 "updates": f"lopd_step.json and agentic_update.json ({model}), float32 matmuls through {target}; "
+                 "updates": f"lopd_step.json, agentic_update.json and composer.json ({model}), float32 matmuls "
+                            f"through {target}; "
                             f"AdamW steps: cpu.json ({adamw['step_s']} s, the first {adamw['first_step_s']} s)"
                             + "".join(f"; {name} measured through {path}: x{matmul_factor(path, target):.2f}"
                                       for name, path in measured_paths if path != target),
@@ -259,16 +287,19 @@ def gpu_costs(cfg: Config, gpu: str, cpu: Costs) -> Costs:
         eval_rate={b: r * sampling for b, r in cpu.eval_rate.items()}, train_tokens=cpu.train_tokens,
         eval_tokens=cpu.eval_tokens, sandbox_s=cpu.sandbox_s, eval_scoring_s=cpu.eval_scoring_s,
         prefill_rate=cpu.prefill_rate * sampling, student_s=grpo_s, teacher_s=cpu.teacher_s / speedup,
-        composer_s=cpu.composer_s / speedup, lopd_s=lopd_s, optimizer_s=0.0,
+        composer_s=cpu.composer_s / speedup, lopd_s=lopd_s, compose_s=cpu.compose_s / speedup,
+        cold_start_entry_s=cpu.cold_start_entry_s / speedup, cold_start_measure_s=cpu.cold_start_measure_s / speedup,
+        anchor_s=cpu.anchor_s / speedup, optimizer_s=0.0,
         first_optimizer_s=0.0,
         agentic_update_s={k: v / speedup for k, v in cpu.agentic_update_s.items()}, startup_s=cpu.startup_s,
+        engine_start_s=cpu.engine_start_s,
         agentic_train_episode_s=cpu.agentic_train_episode_s and cpu.agentic_train_episode_s / sampling,
         agentic_eval_episode_s=cpu.agentic_eval_episode_s and cpu.agentic_eval_episode_s / sampling,
         sources={"sampling": f"this CPU's, x{sampling:.0f}: {engine} on {name} (gpu.json, {architecture}, random "
                              f"weights) over vllm on this CPU (rollout.json)",
                  "updates": f"gpu.json's GRPO and LOPD update rates on {name} (optimizer step included); the other "
                             f"passes this CPU's, / {speedup:.0f} (GRPO's speed-up)",
-                 "sandbox, start-up": "this CPU's"})
+                 "sandbox, start-up, the engine's start": "this CPU's"})
 
 
 def after_first_step(first: float, steps: int) -> float:
@@ -341,6 +372,10 @@ class Episodes:
     sequence_tokens: float
     """The whole episode as the update reads it: prompt, actions and observations."""
     success: float
+    """The share of episodes that complete (tool_calls.json): what decides a group's or a sibling's signal."""
+    bank_success: float
+    """The share of episodes whose reward reaches agentic.bank_success_threshold: those the bank keeps."""
+    bank_note: str
 
 
 def episodes(cfg: Config) -> Episodes:
@@ -351,9 +386,15 @@ def episodes(cfg: Config) -> Episodes:
     if played is None:
         sys.exit(f"error: reports/perf/profile_rollouts.json: no agentic_train_step for profile {cfg.profile} (run "
                  f"python scripts/bench_profile_rollouts.py --profile {cfg.profile} --parts agentic)")
+    if "bank_successes" not in played:
+        sys.exit(f"error: reports/perf/profile_rollouts.json: the agentic_train_step of profile {cfg.profile} has no "
+                 f"bank_successes (python scripts/bench_profile_rollouts.py --profile {cfg.profile} --parts agentic)")
     ended = read("tool_calls.json")["episodes"]["ended"]
     return Episodes(played["mean_steps"], played["mean_step_tokens"], played["mean_first_context_tokens"],
-                    played["mean_sequence_tokens"], ended.get("completed", 0) / sum(ended.values()))
+                    played["mean_sequence_tokens"], ended.get("completed", 0) / sum(ended.values()),
+                    played["bank_successes"] / played["episodes"],
+                    f"{played['bank_successes']} of the {played['episodes']} measured training episodes reached the "
+                    f"bank's threshold {played['bank_success_threshold']} (profile_rollouts.json)")
 
 
 def train_stage(method: str) -> str:
@@ -384,8 +425,8 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
     skill_sd = cfg.section(SkillSDConfig)
     stage_s: dict[str, float] = {}
 
-    def stage(name: str, work_s: float = 0.0) -> None:
-        stage_s[name] = c.startup_s + work_s * share
+    def stage(name: str, work_s: float = 0.0, samples: bool = False) -> None:
+        stage_s[name] = c.startup_s + (c.engine_start_s if samples else 0.0) + work_s * share
 
     def step_sampling(rollouts: float) -> float:
         return rollouts * (c.train_tokens / c.train_rate + c.sandbox_s)
@@ -394,10 +435,9 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
     eval_s = sum(counts[b] * cfg.eval.n_samples * (c.eval_tokens[b] / c.eval_rate[b] + c.eval_scoring_s[b])
                  for b in cfg.benchmarks if counts[b])
     eval_tasks = sum(counts[b] for b in cfg.benchmarks) * cfg.eval.n_samples
-    composer_forward = c.composer_s * c.train_tokens * TEACHER_FORWARD_SHARE  # one task's latent context
 
     stage("prepare_model")
-    stage("validate_base", validation_s)  # 0 where data.validation_tasks is 0
+    stage("validate_base", validation_s, samples=bool(cfg.data.validation_tasks))
     for method in cfg.methods:
         name = train_stage(method)
         if method == "vanilla":
@@ -410,25 +450,24 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
                 + points * validation_s)
         if method == "skill_sd":  # a skill summary per rollout group after every step
             work += steps * rollouts / skill_sd.group_size * skill_sd.summary_tokens / c.train_rate
-        stage(name, work)
+        stage(name, work, samples=True)
     bank_rollouts = min(counts["train_tasks"], cfg.bank.task_limit or counts["train_tasks"]) * cfg.bank.samples_per_task
-    stage("build_bank", step_sampling(bank_rollouts))
+    stage("build_bank", step_sampling(bank_rollouts), samples=True)
     stage("build_pool")
-    example = (c.teacher_s + c.composer_s) * c.train_tokens  # a bank entry's composer + teacher pass, with backward
     measured = cfg.cold_start.eval_examples or bank_rollouts * 0.5
-    stage("cold_start", cfg.cold_start.steps * cfg.cold_start.batch_size * example
-          + 2 * measured * example * TEACHER_FORWARD_SHARE + counts["train_tasks"] * composer_forward)
+    stage("cold_start", cfg.cold_start.steps * cfg.cold_start.batch_size * c.cold_start_entry_s
+          + 2 * measured * c.cold_start_measure_s + counts["train_tasks"] * c.anchor_s)
     for method in cfg.methods:
-        stage(f"eval@{method}", eval_s)
-    stage("eval_base_composer", eval_s + eval_tasks * composer_forward)
+        stage(f"eval@{method}", eval_s, samples=eval_tasks > 0)
+    stage("eval_base_composer", eval_s + eval_tasks * c.compose_s, samples=eval_tasks > 0)
 
     # Measured, or: an episode samples each step's tokens and reads its context once (prefix caching keeps it).
     episode_s = c.agentic_train_episode_s or (episode.steps * episode.step_tokens / c.train_rate
                                               + episode.context_tokens / c.prefill_rate)
     bank_episodes = min(agentic["train_tasks"], a.bank_task_limit or agentic["train_tasks"]) * a.bank_samples_per_task
-    stage("build_bank_agentic", bank_episodes * episode_s)
+    stage("build_bank_agentic", bank_episodes * episode_s, samples=True)
     stage("build_pool_agentic")
-    entries = bank_episodes * episode.success
+    entries = bank_episodes * episode.bank_success
     encode = (c.teacher_s + c.composer_s) * episode.steps * episode.step_tokens
     stage("cold_start_agentic", cfg.cold_start.steps * min(cfg.cold_start.batch_size, entries) * encode
           if entries >= 1 else 0.0)
@@ -443,12 +482,14 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
         work = a.steps * a.rollouts_per_step * (episode_s + update)
         if method == "skill_sd":  # a skill summary per episode group after every step
             work += a.steps * a.rollouts_per_step / skill_sd.group_size * skill_sd.summary_tokens / c.train_rate
-        stage(name, work)
+        stage(name, work, samples=True)
     played = sum(agentic[name] for name in a.benchmarks)
     eval_episode_s = c.agentic_eval_episode_s or episode_s
     for method in cfg.methods:
-        stage(f"eval_agentic@{method}", played * eval_episode_s)
-    stage("eval_agentic_base_composer", played * (eval_episode_s + composer_forward))
+        stage(f"eval_agentic@{method}", played * eval_episode_s, samples=played > 0)
+    # an empty bank retrieves nothing: no latent context to compose
+    stage("eval_agentic_base_composer", played * (eval_episode_s + (c.compose_s if entries >= 1 else 0.0)),
+          samples=played > 0)
     stage("latent_decode")
     stage("report")
     assumptions = [
@@ -458,7 +499,7 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
         f"{episode.context_tokens:.0f}-token prompt, {episode.sequence_tokens:.0f} tokens in all, "
         + (f"{c.agentic_train_episode_s:.1f} s each (profile_rollouts.json)" if c.agentic_train_episode_s else
            "at the training rate (profile_rollouts.json's lengths)")
-        + f"; {episode.success:.0%} succeed (tool_calls.json)",
+        + f"; {episode.success:.0%} complete (tool_calls.json)",
         "agentic evaluations: " + (f"{c.agentic_eval_episode_s:.1f} s an episode, the benchmarks played together "
                                    "(agentic_eval.json)" if c.agentic_eval_episode_s else
                                    "the episodes above at the training rate"),
@@ -466,11 +507,14 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
         f"validation: {cfg.data.validation_tasks} tasks every {cfg.train.val_every} steps and the last, step 0 once "
         "for all methods (validate_base)",
         f"a forward pass alone: {TEACHER_FORWARD_SHARE:.2f} of the measured pass with backward (text-context "
-        "teachers, the composer at evaluation and for anchors)",
-        f"cold start: {cfg.cold_start.steps} steps of {cfg.cold_start.batch_size} bank entries; agentic bank: "
-        f"{entries:.1f} successful episodes expected",
-        f"{processes} process(es) split rollouts and updates evenly; start-up ({c.startup_s:.0f} s a stage) does "
-        "not shrink",
+        "teachers)",
+        f"cold start: {cfg.cold_start.steps} steps of {cfg.cold_start.batch_size} bank entries, "
+        f"{c.cold_start_entry_s:.1f} s an entry, its NLL measurement {c.cold_start_measure_s:.1f} s an entry, "
+        f"{c.anchor_s:.1f} s a training task's anchors; Base + Composer: {c.compose_s:.1f} s to compose a task's "
+        f"latent context (composer.json; agentic tasks priced as code ones); agentic bank: {entries:.1f} "
+        f"successful episodes expected: {episode.bank_note}",
+        f"{processes} process(es) split rollouts and updates evenly; start-up ({c.startup_s:.0f} s a stage, and "
+        f"{c.engine_start_s:.0f} s to start the rollout engine in a stage that samples) does not shrink",
         *(f"{k}: {v}" for k, v in c.sources.items())]
     return stage_s, {**counts, **{f"agentic.{k}": v for k, v in agentic.items()}}, assumptions
 
@@ -487,7 +531,8 @@ def estimate_learn(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str,
               "sdpo": cfg.section(SDPOConfig).group_size}
     candidates = min(learn.candidates or math.inf, code_counts(cfg)["train_tasks"])
     measure_s = learn.tasks * learn.eval_samples * per_sample
-    stage_s = {"learn_select": c.startup_s + share * (candidates * learn.selection_samples * per_sample + measure_s)}
+    fixed = c.startup_s + c.engine_start_s  # every race stage samples
+    stage_s = {"learn_select": fixed + share * (candidates * learn.selection_samples * per_sample + measure_s)}
     for name, run in learn.runs.items():
         steps = run.steps or learn.steps
         group = groups.get(run.method, 1)
@@ -498,9 +543,8 @@ def estimate_learn(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str,
         points = math.ceil(steps / learn.eval_every)  # step 0 is learn_select's
         summaries = learn.rollouts_per_step / group * cfg.section(SkillSDConfig).summary_tokens / c.train_rate \
             if run.method == "skill_sd" else 0.0  # a skill summary per rollout group after every step
-        stage_s[f"learn@{name}"] = c.startup_s + share * (steps * (learn.rollouts_per_step * per_sample + update
-                                                                    + summaries)
-                                                           + c.first_optimizer_s + points * measure_s)
+        stage_s[f"learn@{name}"] = fixed + share * (steps * (learn.rollouts_per_step * per_sample + update + summaries)
+                                                     + c.first_optimizer_s + points * measure_s)
     stage_s["learn_report"] = c.startup_s
     assumptions = [f"race rollouts and measurement samples: {tokens:.0f} tokens on average (the training mean, capped "
                    f"at learn.max_new_tokens), sampled at the training rate",
@@ -717,6 +761,10 @@ def at_speed(costs: Costs, factor: float, updates: dict | None = None) -> Costs:
                                costs.agentic_eval_episode_s / factor,
                                student_s=costs.student_s / update, teacher_s=costs.teacher_s / update,
                                composer_s=costs.composer_s / update, lopd_s=costs.lopd_s / update,
+                               compose_s=costs.compose_s / update,
+                               cold_start_entry_s=costs.cold_start_entry_s / update,
+                               cold_start_measure_s=costs.cold_start_measure_s / update,
+                               anchor_s=costs.anchor_s / update,
                                agentic_update_s={k: v / update for k, v in costs.agentic_update_s.items()},
                                optimizer_s=costs.optimizer_s / adamw,
                                first_optimizer_s=costs.first_optimizer_s / adamw)

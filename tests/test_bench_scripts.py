@@ -143,3 +143,31 @@ def test_the_agentic_evaluation_benchmark_plays_the_same_episodes_apart_and_toge
     for played in (apart, together):
         assert (played["episodes"], played["policy_steps"], played["sampled_tokens"]) == (5, 5, 10)
         assert played["seconds_per_episode"] == pytest.approx(played["wall_s"] / 5, abs=0.02)
+
+
+def test_the_composer_benchmark_counts_each_forward_calls_positions_and_not_the_recomputation(load_script,
+                                                                                              tiny_model_dir):
+    """bench_composer.py's FLOP rate rests on the positions the decoder's forward calls compute (batch x length, from
+    token ids or from embeddings), counted only within the context; activation checkpointing's recomputation in the
+    backward pass runs the layers again but not the decoder's call, so it is not counted (the rate's pass count says
+    it); its arithmetic by hand."""
+    from lopd.core.models import load_model
+
+    bench = load_script("bench_composer")
+    model = load_model(tiny_model_dir)
+    decoder = model.get_decoder()
+    positions = []
+    with torch.no_grad(), bench.counted_positions(decoder, positions):
+        model(input_ids=torch.ones(2, 5, dtype=torch.long))
+        decoder(inputs_embeds=model.get_input_embeddings()(torch.ones(3, 4, dtype=torch.long)))
+    model(input_ids=torch.ones(1, 7, dtype=torch.long))
+    assert positions == [10, 12]
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    recomputed = []
+    with bench.counted_positions(decoder, recomputed):
+        model(input_ids=torch.ones(2, 6, dtype=torch.long)).logits.sum().backward()
+    assert recomputed == [12]
+    linear = [m for m in decoder.modules() if isinstance(m, torch.nn.Linear)]
+    assert linear and bench.decoder_weights(decoder) == sum(m.in_features * m.out_features for m in linear)
+    assert bench.rate(1000, 3, 10**6, 2.0, 6.0) == {"model_gflops": 3.0, "fraction_of_gemm_bound": 0.5}
