@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO))
 import lopd.latent.cold_start as cold_start_module  # noqa: E402
 from lopd.core.config import resolve  # noqa: E402
 from lopd.core.device import use_cpu_matmul  # noqa: E402
+from lopd.core.models import load_tokenizer  # noqa: E402
 from lopd.core.rollout import Task  # noqa: E402
 from lopd.latent.composer import FRAMINGS  # noqa: E402
 from lopd.latent.context import LatentContextBackend, trained_composer  # noqa: E402
@@ -154,8 +155,6 @@ def bench_cold_start(cfg, steps: int, bound: float) -> dict:
         n_tasks = len(split.tasks)
     if not summary["steps"]:
         raise SystemExit("error: bank/: the code bank is empty, the cold start trains nothing (dvc repro build_bank)")
-    if len(saves) < 2:
-        raise SystemExit("error: --steps: at least 2 (the first step also allocates AdamW's state)")
     step_s = (saves[-1][1] - saves[0][1]) / (len(saves) - 1)  # the steps after the first, between their saves
     graded = [after - before for _, _, grad, before, after in nlls if grad]
     step_positions = sum(graded[1:]) / len(graded[1:])
@@ -179,6 +178,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="cold start steps (those after the first are timed)")
     parser.add_argument("--out", default=str(REPO / "reports" / "perf" / "composer.json"))
     args = parser.parse_args()
+    if args.steps < 2:
+        parser.error("--steps: at least 2 (the first step also allocates AdamW's state, and is not timed)")
+    load_tokenizer(BASE_MODEL_DIR)  # a missing model is a one-line error before any measurement
     cfg = resolve({"profile": "cpu"})
     matmul = use_cpu_matmul(cfg.model.cpu_matmul)
     model = AutoConfig.from_pretrained(BASE_MODEL_DIR)  # the GEMM bound at the model's width and MLP
