@@ -22,7 +22,7 @@ from evaluation.coding.code_blocks import extract_code
 from lopd.core import registry
 from lopd.core.checkpoint import MANIFEST, UnwritableOutput, policy_dir
 from lopd.core.config import REPO_ROOT, Config, ConfigError, build_config, load_config
-from lopd.core.device import use_cpu_matmul
+from lopd.core.device import reuse_freed_memory, use_cpu_matmul
 from lopd.core.domain import Domain
 from lopd.core.experiments import flatten
 from lopd.core.jsonl import UnreadableFile, read_json
@@ -220,6 +220,7 @@ def run_stage(main: Callable[[], None]) -> None:
     read, an output folder it cannot write or a setting the machine cannot run ends it with one line naming the
     file or key and what to do, not a traceback (nothing has been written by then). So do a full disk and Ctrl-C,
     which leave the outputs as they were (they are replaced only once whole) and a training run's last saved step."""
+    reuse_freed_memory()
     try:
         main()
     except (ConfigError, FileNotFoundError, UnreadableWeights, UnreadableFile, UnwritableOutput) as err:

@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 
 import lopd.latent.cold_start as cold_start_module  # noqa: E402
 from lopd.core.config import resolve  # noqa: E402
-from lopd.core.device import use_cpu_matmul  # noqa: E402
+from lopd.core.device import malloc_mode, use_cpu_matmul  # noqa: E402
 from lopd.core.models import load_tokenizer  # noqa: E402
 from lopd.core.rollout import Task  # noqa: E402
 from lopd.latent.composer import FRAMINGS  # noqa: E402
@@ -186,6 +186,7 @@ def main() -> None:
     model = AutoConfig.from_pretrained(BASE_MODEL_DIR)  # the GEMM bound at the model's width and MLP
     bound = gemm_gflops(4096, model.hidden_size, model.intermediate_size, torch.float32)
     result = {"model": cfg.model.name, "cpu": cpu_info(), "threads": torch.get_num_threads(), "cpu_matmul": matmul,
+              "malloc": malloc_mode(),
               "fp32_gemm_gflops": bound, "compose": bench_compose(cfg, args.tasks, bound),
               "cold_start": bench_cold_start(cfg, args.steps, bound)}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

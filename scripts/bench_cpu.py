@@ -39,7 +39,7 @@ from accelerate.state import AcceleratorState
 
 from baselines.grpo import GRPO
 from lopd.core.config import REPO_ROOT, resolve
-from lopd.core.device import use_cpu_matmul
+from lopd.core.device import malloc_mode, use_cpu_matmul
 from lopd.core.domain import Domain
 from lopd.core.loop import load_student, policy_optimizer, update
 from lopd.core.models import load_model, load_tokenizer
@@ -314,7 +314,7 @@ def main() -> None:
     bandwidth = bandwidth_gbs()
     result = {"model_dir": Path(args.model_dir).name, "cpu": cpu, "threads": torch.get_num_threads(),
               "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-              "bandwidth_gbs": bandwidth}
+              "bandwidth_gbs": bandwidth, "malloc": malloc_mode()}
     if "update" in args.sections:
         result["update"] = bench_updates(args, cfg, cpu["flags"])
     if "adamw" in args.sections:

@@ -10,8 +10,9 @@ A phase's `step` counts the weight syncs before it, plus one (so the checkpoint 
 shows as the step after it).
 Each variant runs in a fresh process:
 - `shipped`: the loop as it is;
-- `unreleased`: without its two CPU memory measures (glibc's freed memory handed back after every backward, optimizer
-  step and weight sync; AdamW one tensor at a time instead of torch's multi-tensor path), to show what they save;
+- `unreleased`: without its two CPU memory measures (glibc's freed memory handed back after sampling, every
+  backward, optimizer step and weight sync; AdamW one tensor at a time instead of torch's multi-tensor path), to show
+  what they save;
 - `lora`: the loop as it is with a LoRA student (`train.lora_rank` = `--lora-rank`, default 16): no gradients or
   AdamW state for the base weights, and the EMA or frozen teacher shares the student's base instead of a copy.
 Needs models/base, and for LOPD bank/ and checkpoints/composer (`dvc repro cold_start`).

@@ -39,7 +39,7 @@ from transformers import AutoConfig
 from baselines.config import GRPOConfig
 from baselines.grpo import GRPO
 from lopd.core.config import REPO_ROOT, load_config
-from lopd.core.device import device, mixed_precision, use_cpu_matmul
+from lopd.core.device import device, malloc_mode, mixed_precision, use_cpu_matmul
 from lopd.core.domain import Domain
 from lopd.core.loop import micro_batches, policy_optimizer, policy_outputs, update
 from lopd.core.losses import TopkTailReverseKL, chunked_distillation, token_logprobs, topk_tail_reverse_kl
@@ -265,7 +265,7 @@ def main() -> None:
     out = Path(args.out)
     result = json.loads(out.read_text()) if out.exists() else {}
     models = result.get("models", {})
-    entry = {"threads": torch.get_num_threads(), "device": str(device()),
+    entry = {"threads": torch.get_num_threads(), "device": str(device()), "malloc": malloc_mode(),
              "cpu_matmul": use_cpu_matmul(cfg.model.cpu_matmul),  # the stages' path (pipelines.common.parse_args)
              "kl_memory": kl_memory(model_dir, args.positions, chunk, top_m)}
     if not args.skip_step:

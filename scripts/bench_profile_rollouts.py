@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO))
 
 from baselines.config import GRPOConfig  # noqa: E402
 from lopd.core.config import resolve  # noqa: E402
-from lopd.core.device import device  # noqa: E402
+from lopd.core.device import device, malloc_mode  # noqa: E402
 from lopd.core.loop import validate  # noqa: E402
 from lopd.core.models import load_tokenizer  # noqa: E402
 from lopd.core.rollout import greedy_params, make_backend, sampling_params  # noqa: E402
@@ -152,7 +152,7 @@ def main() -> None:
     backend = make_backend(BASE_MODEL_DIR, tokenizer, cfg, cfg.sampling.batch_size)
     backend.generate([tokenizer("warm-up")["input_ids"]] * 2, SamplingParams(max_new_tokens=4), seed=0)
     result = {"profile": cfg.profile, "model": cfg.model.name, "backend": type(backend).__name__,
-              "machine": this_cpu(),
+              "machine": this_cpu(), "malloc": malloc_mode(),
               "max_new_tokens": cfg.sampling.max_new_tokens, "eval_max_new_tokens": cfg.eval.max_new_tokens}
     cpu_engine = isinstance(backend, VLLMBackend) and not backend.cuda
     if cpu_engine:

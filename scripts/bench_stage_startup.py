@@ -11,7 +11,8 @@ release: n/a), in a scratch folder so that no output of the repository is touche
   at start-up it reads dvc.yaml and dvc.lock; timed on this repository's files with DVC's own functions;
 - the rollout engine's start, which every stage that samples pays once (training, validation, bank, evaluation):
   the cpu profile's engine (`make_backend`, vLLM) built on models/base in a fresh process, the model's weights
-  loaded, its KV cache allocated and its warm-up run (n/a without vLLM or models/base).
+  loaded, its KV cache allocated and its warm-up run (n/a without vLLM or models/base), glibc serving its blocks as
+  in a stage (`engine_malloc`: lopd.core.device.reuse_freed_memory).
 `--dag` instead clones the repository into a scratch folder (../shared beside it, as for CI) and times
 `dvc exp run -S profile=smoke`, then `-S margin=0.02` on top (MLflow on, a fresh store): the numbers in
 docs/experiments.md.
@@ -94,6 +95,8 @@ def dvc_yaml_costs(repeats: int) -> dict:
 
 
 ENGINE = ("import sys, time; sys.argv = ['x']\n"
+          "from lopd.core.device import reuse_freed_memory\n"
+          "reuse_freed_memory()  # as run_stage does first\n"
           "from pipelines.common import BASE_MODEL_DIR, parse_args\n"
           "from lopd.core.models import load_tokenizer\n"
           "from lopd.core.rollout import make_backend\n"
@@ -102,11 +105,13 @@ ENGINE = ("import sys, time; sys.argv = ['x']\n"
           "start = time.perf_counter()\n"
           "make_backend(BASE_MODEL_DIR, tokenizer, cfg, cfg.eval.batch_size)\n"
           "print('engine_s', time.perf_counter() - start)\n")
-"""The cpu profile's rollout engine built as a stage builds it, its seconds printed last."""
+"""The cpu profile's rollout engine built as a stage builds it (glibc's heap for its blocks first), its seconds printed
+last."""
 
 
 def engine_costs(repeats: int) -> dict:
     """The rollout engine's start in a fresh process (the median of `repeats`), or why it is n/a."""
+    from lopd.core.device import stage_malloc_mode
     from lopd.core.vllm_backend import vllm_available
 
     if not vllm_available():
@@ -120,7 +125,7 @@ def engine_costs(repeats: int) -> dict:
             sys.exit(f"error: the engine's start: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
         return float(proc.stdout.split()[-1])
 
-    return {"engine_start_s": median(start, repeats)}
+    return {"engine_start_s": median(start, repeats), "engine_malloc": stage_malloc_mode()}
 
 
 def dag_costs(shared: Path) -> dict:

@@ -14,7 +14,9 @@ Every rate is a benchmark's, from reports/perf/ (never a recorded stage time: th
   episodes (per sequence token); tool_calls.json: agentic success; stage_startup.json: a stage's start-up and the
   rollout engine's, which every stage that samples pays once; agentic_eval.json (scripts/bench_agentic_eval.py): an
   agentic evaluation's seconds per episode, its benchmarks played together as the stage plays them (where the profile
-  has one; else from the episode lengths and the training rate);
+  has one; else from the episode lengths and the training rate); malloc.json (scripts/bench_malloc.py): sampling and
+  updates with glibc's heap against its default mappings, which scales a benchmark that recorded (`malloc`) another
+  mode than the one priced (the stages' heap; a recorded run's own mode for --check) by the kind of work it timed;
 - on a GPU (GPU=h100|h200), gpu.json from `make bench-gpu` on that GPU: the CPU's sampling rates are scaled by the
   measured engine speed-up (its decode engine's tokens/s over the CPU engine's, rollout.json) and the update costs by
   its GRPO and LOPD update rates; the sandbox and start-up stay the CPU's.
@@ -55,6 +57,7 @@ sys.path.insert(0, str(REPO))
 
 from baselines.config import GRPOConfig, SDPOConfig, SkillSDConfig  # noqa: E402
 from lopd.core.config import Config, resolve  # noqa: E402
+from lopd.core.device import stage_malloc_mode  # noqa: E402
 
 PERF = REPO / "reports" / "perf"
 GPU_NAMES = {"h100": "H100", "h200": "H200"}
@@ -162,6 +165,33 @@ def matmul_factor(measured: str, target: str) -> float:
     return paths[f"fp32_{target}"]["update_s"] / paths[f"fp32_{measured}"]["update_s"]
 
 
+UNNAMED_MALLOC = "mapped"
+"""How glibc served the tensors of a measurement or a recorded run without a `malloc` key: its default mappings; they
+predate `lopd.core.device.reuse_freed_memory`."""
+
+
+MALLOC_KINDS = {"call": "sampling", "step": "train_step_sampling", "update": "later_update"}
+"""malloc.json's ratio for each kind of work (`malloc_factors`): sampling a call of many rows (a validation point, an
+evaluation: blocks over 32 MB, which glibc's default maps afresh), a training step's or an agentic step's few rows
+(blocks it mostly reuses already), and an update."""
+
+
+MALLOC_WORK = {"call": "sampling a call of many rows", "step": "a step of few", "update": "updates"}
+MALLOC_USES = {"profile_rollouts.json": ("call", "step"), "rollout.json": ("step",), "agentic_eval.json": ("step",),
+               "lopd_step.json": ("update",), "composer.json": ("update",), "agentic_update.json": ("update",)}
+"""The kinds of work each benchmark file `cpu_costs` reads has timed."""
+
+
+def malloc_factors(measured: str, target: str) -> dict[str, float]:
+    """How many times as long each kind of work (`MALLOC_KINDS`) takes with glibc's `target` mode as with the
+    `measured` one: malloc.json's ratios (scripts/bench_malloc.py: heap over mapped, timed side by side)."""
+    if measured == target:
+        return {kind: 1.0 for kind in MALLOC_KINDS}
+    ratios = read("malloc.json")["heap_over_mapped"]
+    power = 1 if target == "heap" else -1
+    return {kind: ratios[key] ** power for kind, key in MALLOC_KINDS.items()}
+
+
 def sampled_parts(entry: dict, sampler: str | None) -> dict:
     """The train_step, validation and eval parts of a profile_rollouts.json entry as `sampler` sampled them (None:
     the entry's top level, the backend's own; `vocabulary_sort`: vLLM's CPU sampler, measured beside it)."""
@@ -174,10 +204,13 @@ def sampled_parts(entry: dict, sampler: str | None) -> dict:
 
 
 def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | None,
-              on_gpu: bool = False, sampler: str | None = None, matmul: str | None = None) -> Costs:
+              on_gpu: bool = False, sampler: str | None = None, matmul: str | None = None,
+              malloc: str | None = None) -> Costs:
     """This CPU's costs from the benchmarks. `sampler`: the rates of that CPU sampler (None: the backend's own).
     `matmul`: the float32 matmul path updates are costed for (None: lopd_step.json's, the path the stages take on the
-    benchmarks' machine); an update measured through another path is scaled by `matmul_factor`."""
+    benchmarks' machine); an update measured through another path is scaled by `matmul_factor`. `malloc`: glibc's
+    mode the costs are for (None: the stages', `stage_malloc_mode`); a benchmark measured with the other is scaled by
+    `malloc_factors` (its sampling or its update)."""
     profiles, rollout, step_file, agentic, startup, cpu, latent = (read(n) for n in (
         "profile_rollouts.json", "rollout.json", "lopd_step.json", "agentic_update.json", "stage_startup.json",
         "cpu.json", "composer.json"))
@@ -210,41 +243,52 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
                  f"not {model} (python scripts/bench_agentic_update.py)")
     step_matmul = step_file["models"][model].get("cpu_matmul", UNNAMED_MATMUL)
     target = matmul or step_matmul
-    scale = matmul_factor(step_matmul, target)
     variants = {kind: agentic["variants"][f"{kind}:on"] for kind in ("grpo", "lopd")}
-    latent_scale = matmul_factor(latent["cpu_matmul"], target)
     cold = latent["cold_start"]
     measured_paths = [("lopd_step.json", step_matmul), ("composer.json", latent["cpu_matmul"]),
                       *((f"agentic_update.json's {kind}", v.get("cpu_matmul", UNNAMED_MATMUL))
                         for kind, v in variants.items())]
     train = base["train_step"]
     eval_play = (PERF / "agentic_eval.json").exists() and read("agentic_eval.json").get(cfg.profile)
+    malloc = malloc or stage_malloc_mode()
+    measured_modes = {"profile_rollouts.json": entry.get("malloc", UNNAMED_MALLOC),
+                      "rollout.json": rollout.get("malloc", UNNAMED_MALLOC),
+                      "agentic_eval.json": (eval_play or {}).get("malloc", UNNAMED_MALLOC),
+                      "lopd_step.json": step_file["models"][model].get("malloc", UNNAMED_MALLOC),
+                      "composer.json": latent.get("malloc", UNNAMED_MALLOC),
+                      "agentic_update.json": agentic.get("malloc", UNNAMED_MALLOC)}
+    # x the time each file's measurements take at `malloc`, per kind of work (rates divide by it)
+    scale = {name: malloc_factors(measured_mode, malloc) for name, measured_mode in measured_modes.items()}
+    sampled = scale["profile_rollouts.json"]
+    step_scale = matmul_factor(step_matmul, target) * scale["lopd_step.json"]["update"]
+    latent_scale = matmul_factor(latent["cpu_matmul"], target) * scale["composer.json"]["update"]
     # the episodes were measured with the backend's own sampler: a record sampled with vLLM's sort keeps the episode
     # model (a sampler-free estimate, or a record sampled with ours, takes them)
     own_sampler = sampler is None or sampler == entry.get("sampler", UNNAMED_SAMPLER)
     eval_episode_s = eval_play["together"]["seconds_per_episode"] if eval_play and own_sampler else None
     return Costs(
-        train_rate=rate(train), validation_rate=rate(base["validation"]),
-        eval_rate={b: rate(e) for b, e in evals.items()},
+        train_rate=rate(train) / sampled["step"], validation_rate=rate(base["validation"]) / sampled["call"],
+        eval_rate={b: rate(e) / sampled["call"] for b, e in evals.items()},
         train_tokens=mean_tokens or sampled_parts(measured, sampler)["train_step"]["mean_tokens"],
         eval_tokens={b: eval_mean_tokens or e["mean_tokens"] for b, e in evals.items()},
         sandbox_s=rollout["grpo_step"]["reward_s"] / rollout["grpo_step"]["rollouts"],
         eval_scoring_s={b: e["scoring_s"] / e["rollouts"] for b, e in evals.items()},
-        prefill_rate=rollout["prefill_tokens_per_s"],
-        student_s=scale * first_update["grpo"] / tokens, teacher_s=scale * passes["teacher"] / tokens,
-        composer_s=scale * passes["composer"] / tokens, lopd_s=scale * first_update["lopd"] / tokens,
+        prefill_rate=rollout["prefill_tokens_per_s"] / scale["rollout.json"]["step"],
+        student_s=step_scale * first_update["grpo"] / tokens, teacher_s=step_scale * passes["teacher"] / tokens,
+        composer_s=step_scale * passes["composer"] / tokens, lopd_s=step_scale * first_update["lopd"] / tokens,
         compose_s=latent_scale * latent["compose"]["seconds_per_task"],
         cold_start_entry_s=latent_scale * cold["step_s"] / cold["batch_size"],
         cold_start_measure_s=latent_scale * cold["seconds_per_measured_entry"],
         anchor_s=latent_scale * cold["seconds_per_anchor_task"],
         optimizer_s=adamw["step_s"], first_optimizer_s=adamw["first_step_s"] - adamw["step_s"],
         agentic_update_s={kind: matmul_factor(v.get("cpu_matmul", UNNAMED_MATMUL), target)
-                          * v["update_s"] / sum(v["sequence_tokens"]) for kind, v in variants.items()},
+                          * scale["agentic_update.json"]["update"] * v["update_s"] / sum(v["sequence_tokens"])
+                          for kind, v in variants.items()},
         startup_s=sum(startup["imports_s"].values()) / len(startup["imports_s"]) + startup["mlflow_s"],
         engine_start_s=startup["engine_start_s"],
-        agentic_train_episode_s=(entry.get("agentic_train_step") or {}).get("seconds_per_episode") if own_sampler
-        else None,
-        agentic_eval_episode_s=eval_episode_s,
+        agentic_train_episode_s=sampled["step"] * entry["agentic_train_step"]["seconds_per_episode"]
+        if own_sampler and entry.get("agentic_train_step") else None,
+        agentic_eval_episode_s=eval_episode_s and eval_episode_s * scale["agentic_eval.json"]["step"],
         sources={"sampling": f"profile_rollouts.json ({entry['backend']}{', sampler ' + used if used else ''}, "
                              f"{entry['model']}, profile {entry['profile']})",
                  "updates": f"lopd_step.json, agentic_update.json and composer.json ({model}), float32 matmuls "
@@ -252,6 +296,10 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
                             f"AdamW steps: cpu.json ({adamw['step_s']} s, the first {adamw['first_step_s']} s)"
                             + "".join(f"; {name} measured through {path}: x{matmul_factor(path, target):.2f}"
                                       for name, path in measured_paths if path != target),
+                 "glibc's malloc": f"priced {malloc}" + "".join(
+                     f"; {name} measured {measured_modes[name]}: " + ", ".join(
+                         f"{MALLOC_WORK[kind]} x{scale[name][kind]:.2f}" for kind in kinds) + " (malloc.json)"
+                     for name, kinds in MALLOC_USES.items() if measured_modes[name] != malloc),
                  "start-up": "stage_startup.json"})
 
 
@@ -610,6 +658,11 @@ def recorded_matmul(record: dict) -> str:
     return record.get("cpu_matmul", UNNAMED_MATMUL)
 
 
+def recorded_malloc(record: dict) -> str:
+    """How glibc served the recorded run's tensors, as its record says (scripts/wall_time.py)."""
+    return record.get("malloc", UNNAMED_MALLOC)
+
+
 def recorded_sampler(record: dict) -> str:
     """The CPU sampler the recorded run sampled with, as its record says (scripts/wall_time.py)."""
     return record.get("sampler", UNNAMED_SAMPLER)
@@ -652,7 +705,9 @@ def recorded_ratios(record: dict, profile: str) -> dict[str, dict | str]:
     """`machine_ratios` from the record itself: its first GRPO step and its Vanilla tool-use evaluation."""
     ratios: dict[str, dict | str] = {}
     history = recorded_file(record, "train@grpo", "plots/train/grpo.json")
-    bench = sampled_parts(read("profile_rollouts.json")[profile], recorded_sampler(record))["train_step"]
+    entry = read("profile_rollouts.json")[profile]
+    bench = sampled_parts(entry, recorded_sampler(record))["train_step"]
+    as_recorded = malloc_factors(entry.get("malloc", UNNAMED_MALLOC), recorded_malloc(record))["step"]
     first = json.loads(history)[0] if history is not None else None
     if first is None:
         ratios["code"] = "n/a: the record has no train@grpo"
@@ -665,11 +720,14 @@ def recorded_ratios(record: dict, profile: str) -> dict[str, dict | str]:
         ratios["code"] = {"bench_s": bench["wall_s"], "recorded_s": round(recorded_s, 1),
                           "bench_mean_tokens": bench["mean_tokens"],
                           "recorded_mean_tokens": first["completions/mean_length"],
-                          "ratio": round(bench["wall_s"] / recorded_s, 3),
+                          "bench_malloc_factor": round(as_recorded, 3),
+                          "ratio": round(bench["wall_s"] * as_recorded / recorded_s, 3),
                           "work": "a first GRPO batch as long as the benchmark's training step (other tasks)",
                           "machine": record["stages"]["train@grpo"].get("machine", "an unnamed CPU")}
     measured = read("agentic_eval.json")[profile]
-    together = {**measured["together"], "benchmarks": measured["benchmarks"]}
+    played_as_recorded = malloc_factors(measured.get("malloc", UNNAMED_MALLOC), recorded_malloc(record))["step"]
+    together = {**measured["together"], "wall_s": measured["together"]["wall_s"] * played_as_recorded,
+                "benchmarks": measured["benchmarks"]}
     files = [recorded_file(record, "eval_agentic@vanilla", f"results/agentic/eval/vanilla/{b}.json")
              for b in together["benchmarks"]]
     played = None if None in files else eval_play_ratio(together, [json.loads(f)["summary"] for f in files])
@@ -710,13 +768,15 @@ def rollout_ratios(machine_rollouts: Path, profile: str) -> dict[str, dict | str
         sys.exit(f"error: --record-rollouts {machine_rollouts}: sampled with {there['sampler']}, "
                  f"profile_rollouts.json with {here.get('sampler', UNNAMED_SAMPLER)}")
     ratios: dict[str, dict | str] = {}
+    # the same work at the other machine's malloc mode (a file without the key measured mapped)
+    as_there = malloc_factors(here.get("malloc", UNNAMED_MALLOC), there.get("malloc", UNNAMED_MALLOC))["step"]
     for domain, part, count in (("code", "train_step", "rollouts"), ("agentic", "agentic_train_step", "episodes")):
         other = same_work(here[part], there[part], count)
         ratios[domain] = f"n/a: {display(machine_rollouts)}'s {part} is not the same work: {other}" if other else {
             "bench_s": here[part]["wall_s"], "recorded_s": there[part]["wall_s"],
             "bench_sampled_tokens": here[part]["sampled_tokens"],
-            "recorded_sampled_tokens": there[part]["sampled_tokens"],
-            "ratio": round(here[part]["wall_s"] / there[part]["wall_s"], 3),
+            "recorded_sampled_tokens": there[part]["sampled_tokens"], "bench_malloc_factor": round(as_there, 3),
+            "ratio": round(here[part]["wall_s"] * as_there / there[part]["wall_s"], 3),
             "work": f"the benchmark's {part}, timed on both machines ({display(machine_rollouts)})",
             "machine": there.get("machine", "an unnamed CPU")}
     return ratios
@@ -782,9 +842,11 @@ def update_ratios(machine_cpu: Path, matmul: str) -> dict:
                  f"scripts/bench_cpu.py ({type(err).__name__}: {err})")
     here = read("cpu.json")
     here_update, here_adamw = here["update"]["paths"][f"fp32_{matmul}"]["update_s"], here["adamw"]["fused"]
+    # the same work at the other machine's malloc mode (a file without the key measured mapped)
+    as_there = malloc_factors(here.get("malloc", UNNAMED_MALLOC), there.get("malloc", UNNAMED_MALLOC))["update"]
     return {"file": display(machine_cpu), "cpu": there.get("cpu"), "bench_update_s": here_update,
-            "recorded_machine_update_s": there_update,
-            "ratio": round(here_update / there_update, 3),
+            "recorded_machine_update_s": there_update, "bench_malloc_factor": round(as_there, 3),
+            "ratio": round(here_update * as_there / there_update, 3),
             "adamw_ratio": round(here_adamw["step_s"] / there_adamw["step_s"], 3)}
 
 
@@ -834,9 +896,12 @@ def main() -> None:
         record = recorded_run(args.record)
         sampler, matmul = recorded_sampler(record), recorded_matmul(record)
         ran = recorded_config(cfg.profile, record)
-        as_recorded = cpu_costs(ran, args.mean_tokens, args.eval_mean_tokens, sampler=sampler, matmul=matmul)
+        malloc = recorded_malloc(record)
+        as_recorded = cpu_costs(ran, args.mean_tokens, args.eval_mean_tokens, sampler=sampler, matmul=matmul,
+                                malloc=malloc)
         result = {**check(estimate(ran, as_recorded, args.gpus)[0], record), "record": display(args.record),
-                  "sampler": sampler, "cpu_matmul": matmul, "validation_tasks": ran.data.validation_tasks}
+                  "sampler": sampler, "cpu_matmul": matmul, "malloc": malloc,
+                  "validation_tasks": ran.data.validation_tasks}
         machine = machine_ratios(record, cfg.profile, args.record_rollouts)
         result["machine"] = machine
         updates = update_ratios(args.record_cpu, matmul) if args.record_cpu else (
@@ -857,7 +922,8 @@ def main() -> None:
         out = PERF / ("estimate_check.json" if committed else f"estimate_check.{args.record.stem}.json")
         out.write_text(json.dumps(result, indent=2) + "\n")
         print(f"check against {display(args.record)}: the recorded run's params ({ran.data.validation_tasks} "
-              f"validation tasks), from the rates of its sampler ({sampler}) and float32 matmul path ({matmul})")
+              f"validation tasks), from the rates of its sampler ({sampler}), float32 matmul path ({matmul}) and "
+              f"glibc's malloc ({malloc})")
         for speed, domains, stages in (
                 ("the benchmarks' machine", result["domains"], result["recorded_stages"]),
                 ("the recording machine", result["at_recorded_machine_speed"],

@@ -33,7 +33,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from lopd.core.config import load_config  # noqa: E402
-from lopd.core.device import use_cpu_matmul  # noqa: E402
+from lopd.core.device import stage_malloc_mode, use_cpu_matmul  # noqa: E402
 from lopd.core.vllm_backend import CPU_SAMPLER  # noqa: E402
 
 DEFAULT_OUT = REPO_ROOT / "reports" / "perf" / "default_run_wall_time.json"
@@ -157,6 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     result = {"experiment": experiment, "cpus": os.cpu_count(), "written": datetime.now().isoformat(timespec="seconds"),
               "sampler": CPU_SAMPLER,  # the CPU engine's, on the code that recorded the run (`make estimate --check`)
               "cpu_matmul": use_cpu_matmul(load_config().model.cpu_matmul),  # the updates' path on this machine (same)
+              "malloc": stage_malloc_mode(),  # how glibc served the stages' tensors (same)
               "note": ("every stage's newest finished workspace run" if result["complete"] else
                        f"a lower bound: {len(result['missing'])} stages have no finished run in {store}")
               + (f" (stages marked `from` were measured on other machines: {', '.join(earlier)})" if earlier else ""),

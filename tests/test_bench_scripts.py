@@ -24,6 +24,15 @@ def test_a_benchmark_without_its_model_is_a_one_line_error(tmp_path):
             f"error: {missing}: model not found (for the base model run: dvc repro prepare_model)")
 
 
+def test_the_malloc_benchmark_needs_an_update_after_the_first_before_any_work():
+    """bench_malloc.py times the updates after the first (which allocates AdamW's state): fewer than 2 is one line,
+    before a variant's process starts."""
+    done = python([REPO / "scripts" / "bench_malloc.py", "--updates", "1", "--out", "/nonexistent/malloc.json"],
+                  cwd=REPO)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == "error: --updates: must be >= 2 (the first allocates AdamW's state)"
+
+
 def test_the_validation_benchmark_predicts_from_the_recorded_run(load_script):
     """bench_validation.py's prediction, against the arithmetic done by hand: the recorded run validated on 32 tasks
     at 60 s a point; 64 tasks cost 100 s a point here, on a machine half as fast as the recording one, and leave 8

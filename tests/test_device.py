@@ -1,7 +1,10 @@
 """Device correctness: training code creates no tensor without saying where, and asks `lopd.core.device` where."""
 
 import ast
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,6 +86,67 @@ def test_release_freed_memory_returns_freed_heap_pages_to_the_os():
     release_freed_memory()
     assert before - _rss_bytes() > 0.6 * holes
     del blocks
+
+
+HEAP_PROBE = """
+import ctypes, json, torch
+from lopd.core.device import _glibc, malloc_mode, release_freed_memory, reuse_freed_memory
+
+class Info(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                       "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+lib = _glibc()
+lib.mallinfo2.restype = Info
+def state():
+    info = lib.mallinfo2()
+    rss = int(open("/proc/self/statm").read().split()[1]) * 4096
+    return {"heap": info.arena, "used": info.uordblks, "mapped": info.hblkhd, "rss": rss}
+out = {"start": state(), "modes": [malloc_mode()]}
+block = torch.ones(100_000_000, dtype=torch.uint8)
+out["default"] = state()
+del block
+reuse_freed_memory()
+out["modes"].append(malloc_mode())
+out["set"] = state()
+block = torch.ones(100_000_000, dtype=torch.uint8)
+out["first"] = state()
+del block
+block = torch.ones(100_000_000, dtype=torch.uint8)
+out["second"] = state()
+del block
+out["freed"] = state()
+release_freed_memory()
+out["released"] = state()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(_glibc() is None or not hasattr(_glibc(), "mallinfo2"), reason="glibc 2.33+ only")
+def test_reuse_freed_memory_serves_large_blocks_from_the_heap_and_reuses_them():
+    """A 100 MB tensor is a fresh mapping by default; after `reuse_freed_memory` it and the next come from glibc's
+    heap, and the freed memory stays resident until `release_freed_memory` hands it back; `malloc_mode` says which.
+    In a fresh process: the setting is the process's."""
+    proc = subprocess.run([sys.executable, "-c", HEAP_PROBE], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads(proc.stdout.strip().splitlines()[-1])
+    block = 100_000_000
+    assert s["modes"] == ["mapped", "heap"]
+    assert s["default"]["mapped"] - s["start"]["mapped"] >= block
+    assert s["first"]["mapped"] == s["set"]["mapped"] and s["first"]["used"] - s["set"]["used"] >= block
+    assert s["second"]["mapped"] == s["set"]["mapped"]
+    assert s["freed"]["rss"] - s["set"]["rss"] > 0.9 * block
+    assert s["freed"]["rss"] - s["released"]["rss"] > 0.9 * block
+
+
+def test_every_stage_reuses_freed_memory_from_its_start(monkeypatch):
+    import pipelines.common as common
+
+    calls = []
+    monkeypatch.setattr(common, "reuse_freed_memory", lambda: calls.append("reuse"))
+    common.run_stage(lambda: calls.append("main"))
+    assert calls == ["reuse", "main"]
 
 
 def test_deterministic_kernels_on_a_gpu_only_within_and_strict(monkeypatch):

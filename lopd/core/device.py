@@ -118,11 +118,47 @@ def _glibc() -> ctypes.CDLL | None:
     return lib if lib is not None and hasattr(lib, "malloc_trim") else None
 
 
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+"""glibc's `mallopt` parameters (malloc.h)."""
+HEAP_BLOCK_LIMIT = 1 << 30
+"""`reuse_freed_memory`: blocks up to this size come from glibc's heap, larger ones (a 2 GiB KV cache) are mapped."""
+_malloc_mode = "mapped"
+"""`malloc_mode`'s answer for this process."""
+
+
+def reuse_freed_memory() -> None:
+    """Let glibc serve memory blocks of up to 1 GiB from its heap and keep what is freed there for reuse, until
+    `release_freed_memory` hands it back at the end of a phase. By default a block over 32 MB (a [rows, vocabulary]
+    logits block in every sampling step, an MLP's activations over a prefill chunk or a micro-batch, a loss chunk) is
+    a fresh mapping, unmapped when freed, so each step page-faults its temporaries in again: on 2 Zen 5 cores that
+    took a fifth of a code evaluation's sampling and a sixth of a GRPO update (`python scripts/bench_malloc.py`).
+    The same bytes are computed, elsewhere in memory (weights and sampled tokens identical, measured there). Once per
+    process, before its work (`pipelines.common.run_stage`); a no-op without glibc."""
+    global _malloc_mode
+    lib = _glibc()
+    if lib is not None:
+        lib.mallopt(M_MMAP_THRESHOLD, HEAP_BLOCK_LIMIT)
+        lib.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)  # the largest it takes (an int): freed memory stays until released
+        _malloc_mode = "heap"
+
+
+def stage_malloc_mode() -> str:
+    """The mode every stage runs with (`pipelines.common.run_stage` calls `reuse_freed_memory`): heap on glibc."""
+    return "heap" if _glibc() is not None else "mapped"
+
+
+def malloc_mode() -> str:
+    """How glibc serves this process's large blocks: heap (`reuse_freed_memory`) or mapped (its default; also without
+    glibc). Benchmarks record it (`malloc`): `make estimate` prices a run at the rates of the mode it runs with."""
+    return _malloc_mode
+
+
 def release_freed_memory() -> None:
-    """Hand the memory freed since the last call back to the OS (glibc's `malloc_trim`; a no-op elsewhere).
-    glibc keeps freed tensor memory of under 32 MB (e.g. an activation or a layer's weight) in its arenas for reuse, so
-    a CPU training process's resident size ratchets up towards the sum of its phases' peaks
-    (docs/performance.md: LOPD's memory)."""
+    """Hand the memory freed since the last call back to the OS (glibc's `malloc_trim`; a no-op elsewhere), at the
+    end of a phase of the training loop (a step's or a validation's sampling, a micro-batch's backward, the optimizer
+    step, the weight sync). glibc keeps freed memory in its heap for reuse (`reuse_freed_memory`), so without it a CPU
+    training process's resident size ratchets up towards the sum of its phases' peaks (docs/performance.md: LOPD's
+    memory)."""
     lib = _glibc()
     if lib is not None and device().type == "cpu":
         lib.malloc_trim(0)

@@ -376,6 +376,7 @@ def validate_run(run: Run, collect: Rollouts, validation: Sequence[Task], step: 
     else:  # greedy: the seed draws nothing
         measured = validate(run.backend, run.tokenizer, collect, validation, greedy_params(cfg.sampling.max_new_tokens),
                             1, step_seed(cfg.seed, step, run.rank), run.accelerator)
+    release_freed_memory()
     record = {"step": step, "cumulative_rollouts": step * cfg.train.rollouts_per_step, **measured}
     run.validated.append(record)
     if tracker:
@@ -396,6 +397,7 @@ def train_step(run: Run, collect: Rollouts, tasks: Sequence[Task], step: int) ->
                            step_seed(cfg.seed, step, run.rank), run.method.rollouts_per_task)
     for traj in trajectories:  # group ids unique over processes (each process's tasks are its own groups)
         traj.group += run.rank * len(step_tasks)
+    release_freed_memory()  # the engine's freed blocks (reuse_freed_memory): not held through the update
     t1 = time.perf_counter()
     sampling_s, collect_s = backend.stats["sampling_s"] - sampler_s, t1 - t0  # the rest: reward/env time
     backend.sleep()  # a colocated vLLM engine frees the GPU for the update
