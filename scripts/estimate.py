@@ -210,7 +210,7 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
     `matmul`: the float32 matmul path updates are costed for (None: lopd_step.json's, the path the stages take on the
     benchmarks' machine); an update measured through another path is scaled by `matmul_factor`. `malloc`: glibc's
     mode the costs are for (None: the stages', `stage_malloc_mode`); a benchmark measured with the other is scaled by
-    `malloc_factors` (its sampling or its update)."""
+    `malloc_factors` for the kind of work it timed (`MALLOC_USES`)."""
     profiles, rollout, step_file, agentic, startup, cpu, latent = (read(n) for n in (
         "profile_rollouts.json", "rollout.json", "lopd_step.json", "agentic_update.json", "stage_startup.json",
         "cpu.json", "composer.json"))
