@@ -26,11 +26,13 @@ sys.path.insert(0, str(REPO))
 
 from evaluation.agentic.benchmarks import load_benchmark  # noqa: E402
 from lopd.core.config import resolve  # noqa: E402
+from lopd.core.device import malloc_mode  # noqa: E402
 from lopd.core.models import load_tokenizer  # noqa: E402
 from lopd.core.rollout import make_backend, sampling_params  # noqa: E402
 from lopd.core.vllm_backend import VLLMBackend  # noqa: E402
 from pipelines.common import BASE_MODEL_DIR, run_stage  # noqa: E402
 from pipelines.evaluate_agentic import play, play_groups, user_simulator  # noqa: E402
+from scripts.wall_time import this_cpu  # noqa: E402
 
 OUT = REPO / "reports" / "perf" / "agentic_eval.json"
 
@@ -77,7 +79,8 @@ def main() -> None:
     apart = measure(cfg, backend, tokenizer, user, [[name] for name in available])
     together = measure(cfg, backend, tokenizer, user, play_groups(available))
     result = {"profile": cfg.profile, "model": cfg.model.name, "backend": type(backend).__name__,
-              "benchmarks": list(available), "task_limit": cfg.agentic.task_limit,
+              "machine": this_cpu(), "malloc": malloc_mode(), "benchmarks": list(available),
+              "task_limit": cfg.agentic.task_limit,
               "max_step_tokens": cfg.agentic.max_step_tokens, "eval_batch_size": cfg.eval.batch_size,
               "apart": apart, "together": together, "speedup": round(apart["wall_s"] / together["wall_s"], 2)}
     out = Path(args.out)

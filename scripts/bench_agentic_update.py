@@ -72,7 +72,7 @@ def run_variant(method_name: str, checkpointing: bool) -> dict:
     from accelerate import Accelerator
 
     from lopd.core.config import build_config, load_config
-    from lopd.core.device import mixed_precision, use_cpu_matmul
+    from lopd.core.device import malloc_mode, mixed_precision, use_cpu_matmul
     from lopd.core.loop import policy_optimizer, update
     from lopd.core.methods import MethodContext
     from lopd.core.models import load_model, load_tokenizer
@@ -102,7 +102,7 @@ def run_variant(method_name: str, checkpointing: bool) -> dict:
         before_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         start = time.perf_counter()
         metrics = update(model, optimizer, accelerator, method, trajectories, tokenizer.pad_token_id, cfg)
-        return {"update_s": round(time.perf_counter() - start, 1), "cpu_matmul": cpu_matmul,
+        return {"update_s": round(time.perf_counter() - start, 1), "cpu_matmul": cpu_matmul, "malloc": malloc_mode(),
                 "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
                 "peak_rss_before_update_mb": round(before_mb),
                 "sequence_tokens": sorted(len(t.token_ids) for t in trajectories),
@@ -121,6 +121,9 @@ def main() -> None:
         print(json.dumps(run_variant(method, mode == "on")))
         return
     cap = int(args.cap_gb * 2**30)
+    sys.path.insert(0, str(REPO_ROOT))  # run as a script: the repository's scripts/ as a package
+    from scripts.wall_time import this_cpu
+
     model = load_config(REPO_ROOT / "params.yaml").model.name  # the variants' (run_variant reads the same file)
     results = {}
     for variant in args.variants:
@@ -136,8 +139,10 @@ def main() -> None:
             sys.exit(f"error: variant {variant} failed (exit {proc.returncode}): {last}")
         print(variant, results[variant], flush=True)
         OUT.parent.mkdir(parents=True, exist_ok=True)  # after every variant: a long run keeps what it measured
-        OUT.write_text(json.dumps({"model": model, "episodes": EPISODES, "steps": STEPS,
-                                   "action_tokens_per_step": ACTION_TOKENS,
+        modes = {r["malloc"] for r in results.values() if "malloc" in r}  # every variant runs as a stage (run_stage)
+        OUT.write_text(json.dumps({"model": model, "machine": this_cpu(),
+                                   **({"malloc": modes.pop()} if len(modes) == 1 else {}), "episodes": EPISODES,
+                                   "steps": STEPS, "action_tokens_per_step": ACTION_TOKENS,
                                    "observation_tokens_per_step": OBSERVATION_TOKENS, "cap_gb": args.cap_gb,
                                    "variants": results}, indent=2) + "\n")
     print(f"wrote {OUT}")

@@ -10,10 +10,13 @@ it, timed end to end (sampling and the sandbox's scoring):
   those of one protocol in one call as the stage samples them (vLLM's rate grows with the prompts it runs together:
   the stage's whole benchmarks run faster than this sample); a benchmark's wall time is its share of the call's,
   apportioned by the tokens it sampled (`call_sampling_s`: the call's), plus its own scoring;
-- agentic_train_step: one agentic training step's episodes (`agentic.rollouts_per_step`: the first training tasks,
-  grpo.group_size episodes each, played in their environments as the stage plays them), with the backend's sampler
-  only: its seconds, policy steps and sampled tokens an episode, how long the episodes really run (their cap,
-  `agentic.max_steps`, is only a bound), and their rewards: how many reach the agentic bank's threshold.
+- agentic: the tool-use episodes as their stages play them, with the backend's sampler only: `agentic_train_step`, a
+  training step's (`agentic.rollouts_per_step` from the first training tasks) in groups of grpo.group_size (GRPO,
+  SDPO, Skill-SD); `agentic_train_step_single`, the same rollouts one per task (OPSD, SDFT, LOPD: a prompt to read
+  for every episode); `agentic_bank_batch`, build_bank_agentic's first batch (its tasks, seed and samples, up to
+  BANK_TASKS_PER_BATCH tasks played together). Each: its seconds, policy steps and sampled tokens an episode, how
+  long the episodes really run (their cap, `agentic.max_steps`, is only a bound), and their rewards: how many reach
+  the agentic bank's threshold.
 Each records its wall time, sampled tokens and mean completion length: what a rollout costs and how long it is at the
 profile's budget, which the engines' token rates (rollout.json, gpu.json) do not say.
 On a CPU engine every part is measured twice in the run, side by side: with the backend's sampler (`top_k_first`,
@@ -24,7 +27,7 @@ sampled as many tokens with both (the tokens themselves are compared in tests/te
 training step alone with the backend's sampler, which with `agentic` is the same work timed on another machine in a
 few minutes (`make estimate --check --record-rollouts FILE`: the sampling speed of the machine that recorded a run).
 Run: python scripts/bench_profile_rollouts.py [--profile cpu] [--eval-tasks 64] [--parts code train_step agentic]
-  [--out FILE]   (15 minutes on 2 cores; train_step and agentic alone 3 on a slower Zen 3)
+  [--out FILE]   (18 minutes on 2 cores; train_step alone 3 on a slower Zen 3, agentic alone 3.5 on a Zen 5)
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from lopd.core.models import load_tokenizer  # noqa: E402
 from lopd.core.rollout import greedy_params, make_backend, sampling_params  # noqa: E402
 from lopd.core.sampling import SamplingParams  # noqa: E402
 from lopd.core.vllm_backend import CPU_SAMPLER, VLLMBackend, vocabulary_sort_sampler  # noqa: E402
+from lopd.latent.bank import BANK_TASKS_PER_BATCH, bank_batch_seed  # noqa: E402
 from pipelines.common import BASE_MODEL_DIR, for_domain, run_stage, training_domain  # noqa: E402
 from pipelines.domains.code import training_tasks  # noqa: E402
 from pipelines.evaluate import NotAvailable, code_benchmark, evaluate_together, protocol_groups  # noqa: E402
@@ -107,28 +111,42 @@ def measure_parts(cfg, backend, tokenizer) -> dict:
     return parts
 
 
-def measure_agentic_step(cfg, backend, tokenizer) -> dict:
-    """One agentic training step's episodes, played as the loop's train_step plays them (its prefix cache emptied
-    first)."""
+def measure_agentic_play(backend, tokenizer, split, tasks, params, seed: int, rollouts_per_task: int,
+                         threshold: float) -> dict:
+    """`rollouts_per_task` episodes of each of `tasks` played together, as a stage plays them (the engine's prefix
+    cache emptied first): seconds, policy steps and sampled tokens an episode, how long the episodes run (their cap,
+    `agentic.max_steps`, is only a bound), and how many rewards reach the bank's `threshold`."""
     if isinstance(backend, VLLMBackend):
         backend.llm.reset_prefix_cache()
-    agentic = for_domain(cfg, "agentic")
-    group = agentic.section(GRPOConfig).group_size
-    with training_domain(agentic, "agentic") as split:
-        tasks = split.tasks[:agentic.train.rollouts_per_step // group]
-        start = time.perf_counter()
-        played = split.collect(backend, tokenizer, tasks, sampling_params(agentic, agentic.sampling.max_new_tokens),
-                               agentic.seed, group)
-        wall_s = time.perf_counter() - start
+    start = time.perf_counter()
+    played = split.collect(backend, tokenizer, tasks, params, seed, rollouts_per_task)
+    wall_s = time.perf_counter() - start
     steps, tokens = sum(t.behaviour.steps for t in played), sum(t.num_action_tokens for t in played)
-    threshold = agentic.bank.success_threshold  # agentic.bank_success_threshold: what build_bank_agentic keeps
-    return {"episodes": len(played), "rewards": [round(t.reward, 4) for t in played],
+    return {"tasks": len(tasks), "episodes": len(played), "rewards": [round(t.reward, 4) for t in played],
             "bank_success_threshold": threshold, "bank_successes": sum(t.reward >= threshold for t in played),
             "wall_s": round(wall_s, 1), "policy_steps": steps, "sampled_tokens": tokens,
             "seconds_per_episode": round(wall_s / len(played), 2), "mean_steps": round(steps / len(played), 2),
             "mean_step_tokens": round(tokens / steps, 1),
             "mean_first_context_tokens": round(sum(len(t.turns[0].context_ids) for t in played) / len(played), 1),
             "mean_sequence_tokens": round(sum(len(t.token_ids) for t in played) / len(played), 1)}
+
+
+def measure_agentic(cfg, backend, tokenizer) -> dict:
+    """The agentic episodes as the stages play them: a training step's (`agentic.rollouts_per_step` from the first
+    training tasks) in groups of grpo.group_size (GRPO, SDPO, Skill-SD) and one per task (OPSD, SDFT, LOPD: a prompt
+    of its own for every episode), and the bank's first batch (build_bank_agentic's tasks, seed and samples)."""
+    agentic = for_domain(cfg, "agentic")
+    rollouts, group = agentic.train.rollouts_per_step, agentic.section(GRPOConfig).group_size
+    params = sampling_params(agentic, agentic.sampling.max_new_tokens)
+    threshold = agentic.bank.success_threshold  # agentic.bank_success_threshold: what build_bank_agentic keeps
+    with training_domain(agentic, "agentic") as split:
+        def play(tasks, seed: int, per_task: int) -> dict:
+            return measure_agentic_play(backend, tokenizer, split, tasks, params, seed, per_task, threshold)
+
+        banked = split.tasks[:agentic.bank.task_limit][:BANK_TASKS_PER_BATCH]
+        return {"agentic_train_step": play(split.tasks[:rollouts // group], agentic.seed, group),
+                "agentic_train_step_single": play(split.tasks[:rollouts], agentic.seed, 1),
+                "agentic_bank_batch": play(banked, bank_batch_seed(agentic, 0, 0), agentic.bank.samples_per_task)}
 
 
 def sampled_tokens(parts: dict) -> list[int]:
@@ -144,7 +162,7 @@ def main() -> None:
                              "the rate)")
     parser.add_argument("--parts", nargs="+", choices=("code", "train_step", "agentic"), default=["code", "agentic"],
                         help="code: train_step, validation and eval (with both CPU samplers); train_step: the code "
-                             "training step alone (the backend's sampler); agentic: agentic_train_step")
+                             "training step alone (the backend's sampler); agentic: the tool-use plays (agentic_*)")
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args()
     cfg = resolve({"profile": args.profile, "eval": {"task_limit": args.eval_tasks}})
@@ -167,7 +185,7 @@ def main() -> None:
         with training_tasks(cfg) as split:
             result["train_step"] = measure_train_step(cfg, backend, tokenizer, split)
     if "agentic" in args.parts:
-        result["agentic_train_step"] = measure_agentic_step(cfg, backend, tokenizer)
+        result.update(measure_agentic(cfg, backend, tokenizer))
     out = Path(args.out)
     entries = json.loads(out.read_text()) if out.exists() else {}
     entries[cfg.profile] = {**entries.get(cfg.profile, {}), **result}  # the parts not measured stay as they were

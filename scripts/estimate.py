@@ -4,19 +4,21 @@ a machine, before a long run, and of the learning race (`make learn`).
 Every rate is a benchmark's, from reports/perf/ (never a recorded stage time: those are the check, `--check`):
 - profile_rollouts.json (scripts/bench_profile_rollouts.py): one training step's rollouts, one validation point and
   each code benchmark's first tasks at the profile's own settings on its model and engine, scored: their effective
-  tokens/s (long tails included) and mean lengths; one agentic training step's episodes: their seconds, steps, tokens
-  and sequence length;
+  tokens/s (long tails included) and mean lengths; the agentic episodes as each stage plays them (a training step in
+  groups, one per task, the bank's batch; AGENTIC_PLAYS): their seconds, steps, tokens and sequence length, and the
+  bank's successes;
 - rollout.json (`make bench-rollout`): the engine's prompt prefill and multi-turn rates (agentic episodes);
 - lopd_step.json: a whole GRPO and LOPD update per trained action token (the first update of a process, less its
   first AdamW step) and the passes of LOPD's teacher and composer; composer.json (scripts/bench_composer.py): composing
   an evaluation task's latent context (Base + Composer) and the cold start's step, NLL measurement and anchors;
   cpu.json (`make bench`): an AdamW step, the first and a later one; agentic_update.json: updates on agentic
-  episodes (per sequence token); tool_calls.json: agentic success; stage_startup.json: a stage's start-up and the
-  rollout engine's, which every stage that samples pays once; agentic_eval.json (scripts/bench_agentic_eval.py): an
-  agentic evaluation's seconds per episode, its benchmarks played together as the stage plays them (where the profile
-  has one; else from the episode lengths and the training rate); malloc.json (scripts/bench_malloc.py): sampling and
-  updates with glibc's heap against its default mappings, which scales a benchmark that recorded (`malloc`) another
-  mode than the one priced (the stages' heap; a recorded run's own mode for --check) by the kind of work it timed;
+  episodes (per sequence token; LOPD's at a text teacher's cost where the bank is expected empty); tool_calls.json:
+  agentic success; stage_startup.json: a stage's start-up and the rollout engine's, which every stage that samples
+  pays once; agentic_eval.json (scripts/bench_agentic_eval.py): an agentic evaluation's seconds per episode, its
+  benchmarks played together as the stage plays them (where the profile has one; else from the episode lengths and
+  the training rate); malloc.json (scripts/bench_malloc.py): sampling and updates with glibc's heap against its
+  default mappings, which scales a benchmark that recorded (`malloc`) another mode than the one priced (the stages'
+  heap; a recorded run's own mode for --check) by the kind of work it timed;
 - on a GPU (GPU=h100|h200), gpu.json from `make bench-gpu` on that GPU: the CPU's sampling rates are scaled by the
   measured engine speed-up (its decode engine's tokens/s over the CPU engine's, rollout.json) and the update costs by
   its GRPO and LOPD update rates; the sandbox and start-up stay the CPU's.
@@ -124,19 +126,21 @@ class Costs:
     engine_start_s: float
     """Starting the rollout engine, once in every stage that samples (its model loaded, its cache allocated, its
     warm-up)."""
-    agentic_train_episode_s: float | None = None
-    """Seconds per episode of an agentic training step, as profile_rollouts.json measured one with the backend's
-    sampler; None (another sampler's rates): from the episode lengths and the training rate."""
+    agentic_play_s: dict[str, float] = field(default_factory=dict)
+    """Seconds per episode of each agentic play (AGENTIC_PLAYS) profile_rollouts.json measured with the backend's
+    sampler; empty (another sampler's rates): from the episode lengths and the training rate."""
     agentic_eval_episode_s: float | None = None
     """Seconds per episode of an agentic evaluation, as agentic_eval.json measured the stage playing the profile's
     benchmarks together; None: from the episode lengths and the training rate."""
     sources: dict[str, str] = field(default_factory=dict)
 
-    def update_s(self, method: str) -> float:
-        """Seconds per trained action token of `method`'s update."""
+    def update_s(self, method: str, latent: bool = True) -> float:
+        """Seconds per trained action token of `method`'s update. LOPD without latent context (`latent` False: its
+        bank is empty) has nothing to compose and nothing in its teacher's pass to train: a forward, as a text
+        teacher's."""
         if method == "grpo":
             return self.student_s
-        if method == "lopd":
+        if method == "lopd" and latent:
             return self.lopd_s
         return self.student_s + self.teacher_s * TEACHER_FORWARD_SHARE  # a text-context teacher: forward only
 
@@ -165,6 +169,12 @@ def matmul_factor(measured: str, target: str) -> float:
     return paths[f"fp32_{target}"]["update_s"] / paths[f"fp32_{measured}"]["update_s"]
 
 
+AGENTIC_PLAYS = {"grouped": ("agentic_train_step", "step"), "single": ("agentic_train_step_single", "step"),
+                 "bank": ("agentic_bank_batch", "call")}
+"""How the agentic stages play their episodes: profile_rollouts.json's part that times each, and malloc.json's kind of
+work it is. A training step in groups (GRPO, SDPO, Skill-SD), one per task (a prompt to read for every episode:
+OPSD, SDFT, LOPD), the bank's batch (many tasks at once)."""
+AGENTIC_WORDS = {"grouped": "a training step in groups", "single": "one per task", "bank": "the bank's batch"}
 UNNAMED_MALLOC = "mapped"
 """How glibc served the tensors of a measurement or a recorded run without a `malloc` key: its default mappings; they
 predate `lopd.core.device.reuse_freed_memory`."""
@@ -286,8 +296,8 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
                           for kind, v in variants.items()},
         startup_s=sum(startup["imports_s"].values()) / len(startup["imports_s"]) + startup["mlflow_s"],
         engine_start_s=startup["engine_start_s"],
-        agentic_train_episode_s=sampled["step"] * entry["agentic_train_step"]["seconds_per_episode"]
-        if own_sampler and entry.get("agentic_train_step") else None,
+        agentic_play_s={shape: sampled[kind] * entry[part]["seconds_per_episode"]
+                        for shape, (part, kind) in AGENTIC_PLAYS.items() if own_sampler and part in entry},
         agentic_eval_episode_s=eval_episode_s and eval_episode_s * scale["agentic_eval.json"]["step"],
         sources={"sampling": f"profile_rollouts.json ({entry['backend']}{', sampler ' + used if used else ''}, "
                              f"{entry['model']}, profile {entry['profile']})",
@@ -341,7 +351,7 @@ def gpu_costs(cfg: Config, gpu: str, cpu: Costs) -> Costs:
         first_optimizer_s=0.0,
         agentic_update_s={k: v / speedup for k, v in cpu.agentic_update_s.items()}, startup_s=cpu.startup_s,
         engine_start_s=cpu.engine_start_s,
-        agentic_train_episode_s=cpu.agentic_train_episode_s and cpu.agentic_train_episode_s / sampling,
+        agentic_play_s={shape: s / sampling for shape, s in cpu.agentic_play_s.items()},
         agentic_eval_episode_s=cpu.agentic_eval_episode_s and cpu.agentic_eval_episode_s / sampling,
         sources={"sampling": f"this CPU's, x{sampling:.0f}: {engine} on {name} (gpu.json, {architecture}, random "
                              f"weights) over vllm on this CPU (rollout.json)",
@@ -428,9 +438,11 @@ class Episodes:
 
 def episodes(cfg: Config) -> Episodes:
     """Steps, tokens and sequence as profile_rollouts.json's agentic training step played them (the profile's entry,
-    else the cpu profile's); the success rate tool_calls.json's."""
+    else the cpu profile's); the bank's successes from its batch where measured (else the step's); the success rate
+    tool_calls.json's."""
     profiles = read("profile_rollouts.json")
-    played = (profiles.get(cfg.profile) or profiles["cpu"]).get("agentic_train_step")
+    entry = profiles.get(cfg.profile) or profiles["cpu"]
+    played = entry.get("agentic_train_step")
     if played is None:
         sys.exit(f"error: reports/perf/profile_rollouts.json: no agentic_train_step for profile {cfg.profile} (run "
                  f"python scripts/bench_profile_rollouts.py --profile {cfg.profile} --parts agentic)")
@@ -438,11 +450,12 @@ def episodes(cfg: Config) -> Episodes:
         sys.exit(f"error: reports/perf/profile_rollouts.json: the agentic_train_step of profile {cfg.profile} has no "
                  f"bank_successes (python scripts/bench_profile_rollouts.py --profile {cfg.profile} --parts agentic)")
     ended = read("tool_calls.json")["episodes"]["ended"]
+    banked, which = (entry["agentic_bank_batch"], "bank") if "agentic_bank_batch" in entry else (played, "training")
     return Episodes(played["mean_steps"], played["mean_step_tokens"], played["mean_first_context_tokens"],
                     played["mean_sequence_tokens"], ended.get("completed", 0) / sum(ended.values()),
-                    played["bank_successes"] / played["episodes"],
-                    f"{played['bank_successes']} of the {played['episodes']} measured training episodes reached the "
-                    f"bank's threshold {played['bank_success_threshold']} (profile_rollouts.json)")
+                    banked["bank_successes"] / banked["episodes"],
+                    f"{banked['bank_successes']} of the {banked['episodes']} measured {which} episodes reached the "
+                    f"bank's threshold {banked['bank_success_threshold']} (profile_rollouts.json)")
 
 
 def train_stage(method: str) -> str:
@@ -509,34 +522,37 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
         stage(f"eval@{method}", eval_s, samples=eval_tasks > 0)
     stage("eval_base_composer", eval_s + eval_tasks * c.compose_s, samples=eval_tasks > 0)
 
-    # Measured, or: an episode samples each step's tokens and reads its context once (prefix caching keeps it).
-    episode_s = c.agentic_train_episode_s or (episode.steps * episode.step_tokens / c.train_rate
-                                              + episode.context_tokens / c.prefill_rate)
+    # Measured per play (a play not measured costs the grouped step's), or: an episode samples each step's tokens and
+    # reads its context once (prefix caching keeps it).
+    modelled_s = episode.steps * episode.step_tokens / c.train_rate + episode.context_tokens / c.prefill_rate
+    episode_s = {shape: c.agentic_play_s.get(shape) or c.agentic_play_s.get("grouped") or modelled_s
+                 for shape in AGENTIC_PLAYS}
+    per_task = cfg.rollouts_per_task()
     bank_episodes = min(agentic["train_tasks"], a.bank_task_limit or agentic["train_tasks"]) * a.bank_samples_per_task
-    stage("build_bank_agentic", bank_episodes * episode_s, samples=True)
+    stage("build_bank_agentic", bank_episodes * episode_s["bank"], samples=True)
     stage("build_pool_agentic")
     entries = bank_episodes * episode.bank_success
+    latent = entries >= 1  # an empty bank retrieves nothing: no latent context (LOPD trains as self-distillation)
     encode = (c.teacher_s + c.composer_s) * episode.steps * episode.step_tokens
     stage("cold_start_agentic", cfg.cold_start.steps * min(cfg.cold_start.batch_size, entries) * encode
-          if entries >= 1 else 0.0)
+          if latent else 0.0)
     for method in cfg.methods:
         name = "train_lopd_agentic" if method == "lopd" else f"train_agentic@{method}"
         if method == "vanilla":
             stage(name)
             continue
-        kind = "lopd" if method == "lopd" else "grpo"
-        teacher = c.update_s(method) / c.student_s if kind == "grpo" else 1.0  # a text teacher's share on top
+        kind = "lopd" if method == "lopd" and latent else "grpo"
+        teacher = c.update_s(method, latent) / c.student_s if kind == "grpo" else 1.0  # a text teacher on top
         update = shares["agentic"][method] * episode.sequence_tokens * c.agentic_update_s[kind] * teacher
-        work = a.steps * a.rollouts_per_step * (episode_s + update)
+        work = a.steps * a.rollouts_per_step * (episode_s["grouped" if per_task[method] > 1 else "single"] + update)
         if method == "skill_sd":  # a skill summary per episode group after every step
             work += a.steps * a.rollouts_per_step / skill_sd.group_size * skill_sd.summary_tokens / c.train_rate
         stage(name, work, samples=True)
     played = sum(agentic[name] for name in a.benchmarks)
-    eval_episode_s = c.agentic_eval_episode_s or episode_s
+    eval_episode_s = c.agentic_eval_episode_s or episode_s["grouped"]
     for method in cfg.methods:
         stage(f"eval_agentic@{method}", played * eval_episode_s, samples=played > 0)
-    # an empty bank retrieves nothing: no latent context to compose
-    stage("eval_agentic_base_composer", played * (eval_episode_s + (c.compose_s if entries >= 1 else 0.0)),
+    stage("eval_agentic_base_composer", played * (eval_episode_s + (c.compose_s if latent else 0.0)),
           samples=played > 0)
     stage("latent_decode")
     stage("report")
@@ -545,7 +561,9 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
         + ", ".join(f"{b} {t:.0f}" for b, t in c.eval_tokens.items()),
         f"agentic training episodes: {episode.steps:.1f} steps of {episode.step_tokens:.0f} tokens after a "
         f"{episode.context_tokens:.0f}-token prompt, {episode.sequence_tokens:.0f} tokens in all, "
-        + (f"{c.agentic_train_episode_s:.1f} s each (profile_rollouts.json)" if c.agentic_train_episode_s else
+        + ("seconds an episode (profile_rollouts.json): " + ", ".join(
+            f"{AGENTIC_WORDS[shape]} {seconds:.1f}" + ("" if shape in c.agentic_play_s else " (as grouped)")
+            for shape, seconds in episode_s.items()) if c.agentic_play_s else
            "at the training rate (profile_rollouts.json's lengths)")
         + f"; {episode.success:.0%} complete (tool_calls.json)",
         "agentic evaluations: " + (f"{c.agentic_eval_episode_s:.1f} s an episode, the benchmarks played together "
@@ -560,7 +578,9 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
         f"{c.cold_start_entry_s:.1f} s an entry, its NLL measurement {c.cold_start_measure_s:.1f} s an entry, "
         f"{c.anchor_s:.1f} s a training task's anchors; Base + Composer: {c.compose_s:.1f} s to compose a task's "
         f"latent context (composer.json; agentic tasks priced as code ones); agentic bank: {entries:.1f} "
-        f"successful episodes expected: {episode.bank_note}",
+        f"successful episodes expected: {episode.bank_note}"
+        + ("" if latent else "; so no latent context: LOPD's tool-use update is priced as a text teacher's "
+                                   "(the stage trains as self-distillation)"),
         f"{processes} process(es) split rollouts and updates evenly; start-up ({c.startup_s:.0f} s a stage, and "
         f"{c.engine_start_s:.0f} s to start the rollout engine in a stage that samples) does not shrink",
         *(f"{k}: {v}" for k, v in c.sources.items())]
@@ -675,7 +695,7 @@ def eval_play_ratio(bench: dict, summaries: list[dict]) -> dict | None:
     if not summaries or any(sorted(s.get("played_together") or []) != sorted(bench["benchmarks"]) for s in summaries):
         return None
     recorded_s = summaries[0]["wall_s"]  # the benchmarks' shared play, in each summary
-    return {"bench_s": bench["wall_s"], "recorded_s": recorded_s, "bench_policy_steps": bench["policy_steps"],
+    return {"bench_s": round(bench["wall_s"], 1), "recorded_s": recorded_s, "bench_policy_steps": bench["policy_steps"],
             "recorded_policy_steps": sum(s["n_policy_steps"] for s in summaries),
             "ratio": round(bench["wall_s"] / recorded_s, 3)}
 
@@ -815,8 +835,7 @@ def at_speed(costs: Costs, factor: float, updates: dict | None = None) -> Costs:
                                validation_rate=costs.validation_rate * factor,
                                eval_rate={b: r * factor for b, r in costs.eval_rate.items()},
                                prefill_rate=costs.prefill_rate * factor,
-                               agentic_train_episode_s=costs.agentic_train_episode_s and
-                               costs.agentic_train_episode_s / factor,
+                               agentic_play_s={shape: s / factor for shape, s in costs.agentic_play_s.items()},
                                agentic_eval_episode_s=costs.agentic_eval_episode_s and
                                costs.agentic_eval_episode_s / factor,
                                student_s=costs.student_s / update, teacher_s=costs.teacher_s / update,

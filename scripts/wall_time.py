@@ -14,7 +14,9 @@ stage this machine has no run for from those files (the newest `finished` wins),
 Each stage names the CPU it ran on (`machine`): `make estimate --check` lists a domain's stages that ran on another
 CPU than the one its speed ratio was measured on.
 
-Run: python scripts/wall_time.py [--experiment NAME] [--uri URI] [--out PATH] [--merge FILE ...]
+`--since TIME` keeps the runs started then or later: a re-timing of some stages, apart from older runs of the others.
+
+Run: python scripts/wall_time.py [--experiment NAME] [--uri URI] [--out PATH] [--merge FILE ...] [--since TIME]
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -39,14 +41,18 @@ from lopd.core.vllm_backend import CPU_SAMPLER  # noqa: E402
 DEFAULT_OUT = REPO_ROOT / "reports" / "perf" / "default_run_wall_time.json"
 
 
-def stage_wall_times(runs: Iterable[dict[str, Any]], stages: list[str]) -> dict[str, Any]:
-    """Per stage in `stages`, the newest finished workspace run's duration; their sum; the stages without one.
+def stage_wall_times(runs: Iterable[dict[str, Any]], stages: list[str],
+                     since: datetime | None = None) -> dict[str, Any]:
+    """Per stage in `stages`, the newest finished workspace run's duration (of those started at `since` or later,
+    given one); their sum; the stages without one.
 
     `runs` are dicts with `stage`, `status`, `start` and `end` (datetimes), `paused_s` (seconds interrupted),
     `experiment` (a DVC experiment name or None) and `commit`."""
     newest: dict[str, dict[str, Any]] = {}
     for run in runs:
         if run["stage"] not in stages or run["status"] != "FINISHED" or run["experiment"] or run["end"] is None:
+            continue
+        if since is not None and run["start"] < since:
             continue
         if run["stage"] not in newest or run["start"] > newest[run["stage"]]["start"]:
             newest[run["stage"]] = run
@@ -131,6 +137,15 @@ def mlflow_runs(experiment: str | None, uri: str | None) -> tuple[list[dict[str,
     return runs, experiment, uri
 
 
+def since_time(text: str) -> datetime:
+    """--since's time: ISO 8601, UTC where it names no zone (MLflow's run times are UTC)."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"not an ISO time: {err}") from None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--experiment", help="MLflow experiment (default: <tracking.experiment_prefix>-<profile>)")
@@ -138,6 +153,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--merge", type=Path, nargs="+", default=[], metavar="FILE",
                         help="earlier outputs of this script (other machines) for the stages with no run here")
+    parser.add_argument("--since", type=since_time, metavar="ISO_TIME",
+                        help="only runs started then or later, e.g. 2026-12-04T22:30 (UTC unless it says): the "
+                             "stages a re-timing ran, not older runs of the others")
     args = parser.parse_args(argv)
     earlier = {}
     for path in args.merge:
@@ -149,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(f"error: --merge {path}: no `stages` (not an output of scripts/wall_time.py)")
     runs, experiment, uri = mlflow_runs(args.experiment, args.uri)
     stages = dag_stages()
-    here = stage_wall_times(runs, stages)
+    here = stage_wall_times(runs, stages, args.since)
     machine = this_cpu()
     here["stages"] = {stage: {**entry, "machine": machine} for stage, entry in here["stages"].items()}
     result = merge_earlier(here, earlier, stages)
@@ -159,7 +177,8 @@ def main(argv: list[str] | None = None) -> None:
               "cpu_matmul": use_cpu_matmul(load_config().model.cpu_matmul),  # the updates' path on this machine (same)
               "malloc": stage_malloc_mode(),  # how glibc served the stages' tensors (same)
               "note": ("every stage's newest finished workspace run" if result["complete"] else
-                       f"a lower bound: {len(result['missing'])} stages have no finished run in {store}")
+                       f"a lower bound: {len(result['missing'])} stages have no finished run in {store}"
+                       + (f" started since {args.since.isoformat()}" if args.since else ""))
               + (f" (stages marked `from` were measured on other machines: {', '.join(earlier)})" if earlier else ""),
               **result}
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -154,6 +154,53 @@ def test_the_agentic_evaluation_benchmark_plays_the_same_episodes_apart_and_toge
         assert played["seconds_per_episode"] == pytest.approx(played["wall_s"] / 5, abs=0.02)
 
 
+def test_the_rollout_benchmark_plays_the_agentic_episodes_as_each_stage_does(load_script, monkeypatch):
+    """bench_profile_rollouts.py's agentic parts: a training step's rollouts in groups of grpo.group_size and one per
+    task, and build_bank_agentic's first batch (its tasks, samples and seed, as lopd.latent.bank.sample_rollouts
+    plays its first batch on process 0); each counted by hand."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from lopd.latent.bank import BANK_TASKS_PER_BATCH, bank_batch_seed
+    from pipelines.common import for_domain
+
+    bench = load_script("bench_profile_rollouts")
+    tasks = [f"task{i}" for i in range(40)]
+    played = []
+
+    def collect(backend, tokenizer, chosen, params, seed, per_task):
+        played.append((chosen, seed, per_task))
+        return [SimpleNamespace(reward=1.0 if i == 0 else 0.25, num_action_tokens=30,
+                                behaviour=SimpleNamespace(steps=2), turns=[SimpleNamespace(context_ids=[0] * 100)],
+                                token_ids=[0] * 200)
+                for i in range(len(chosen) * per_task)]
+
+    @contextlib.contextmanager
+    def domain(cfg, name):
+        assert name == "agentic"
+        yield SimpleNamespace(tasks=tasks, collect=collect)
+
+    monkeypatch.setattr(bench, "training_domain", domain)
+    cfg = resolve({"profile": "cpu"})
+    agentic = for_domain(cfg, "agentic")
+    parts = bench.measure_agentic(cfg, object(), None)
+    rollouts, group = agentic.train.rollouts_per_step, cfg.section(bench.GRPOConfig).group_size
+    banked = min(agentic.bank.task_limit or len(tasks), BANK_TASKS_PER_BATCH)
+    assert played == [(tasks[:rollouts // group], agentic.seed, group), (tasks[:rollouts], agentic.seed, 1),
+                      (tasks[:banked], bank_batch_seed(agentic, 0, 0), agentic.bank.samples_per_task)]
+    grouped, single, bank = (parts[k] for k in ("agentic_train_step", "agentic_train_step_single",
+                                                 "agentic_bank_batch"))
+    assert (grouped["tasks"], grouped["episodes"], single["tasks"], single["episodes"]) == (
+        rollouts // group, rollouts, rollouts, rollouts)
+    assert (bank["tasks"], bank["episodes"]) == (banked, banked * agentic.bank.samples_per_task)
+    for part in (grouped, single, bank):
+        assert part["bank_successes"] == 1 and part["policy_steps"] == 2 * part["episodes"]
+        assert (part["mean_steps"], part["mean_step_tokens"], part["mean_first_context_tokens"],
+                part["mean_sequence_tokens"]) == (2.0, 15.0, 100.0, 200.0)
+        assert part["sampled_tokens"] == 30 * part["episodes"]
+        assert part["seconds_per_episode"] == pytest.approx(part["wall_s"] / part["episodes"], abs=0.02)
+
+
 def test_the_composer_benchmark_counts_each_forward_calls_positions_and_not_the_recomputation(load_script,
                                                                                               tiny_model_dir):
     """bench_composer.py's FLOP rate rests on the positions the decoder's forward calls compute (batch x length, from

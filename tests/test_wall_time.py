@@ -28,6 +28,19 @@ def test_the_newest_finished_workspace_run_of_each_stage_counts(wall_time):
     assert got["missing"] == ["eval"] and not got["complete"]
 
 
+def test_since_keeps_the_runs_started_then_or_later(wall_time):
+    """A re-timing of some stages: their runs from `since` on, not an older run of another stage."""
+    runs = [_run("bank", 0, 10), _run("train", 30, 50), _run("bank", 120, 4)]
+    got = wall_time.stage_wall_times(runs, ["bank", "train"], since=datetime(2026, 1, 1, 1))
+    assert {s: v["seconds"] for s, v in got["stages"].items()} == {"bank": 240.0}
+    assert got["missing"] == ["train"]
+    assert wall_time.stage_wall_times(runs, ["bank", "train"], since=datetime(2026, 1, 1, 0, 30))["missing"] == []
+    assert wall_time.since_time("2026-12-04T22:30").isoformat() == "2026-12-04T22:30:00+00:00"  # UTC unless it says
+    assert wall_time.since_time("2026-12-04T22:30+01:00").utcoffset() == timedelta(hours=1)
+    with pytest.raises(SystemExit):
+        wall_time.main(["--since", "yesterday"])
+
+
 def test_complete_when_every_stage_has_a_run(wall_time):
     got = wall_time.stage_wall_times([_run("a", 0, 1), _run("b", 5, 2)], ["a", "b"])
     assert got["complete"] and got["missing"] == [] and got["total_s"] == 180.0

@@ -159,8 +159,18 @@ def read_bank(path: str | Path) -> tuple[list[BankEntry], dict]:
     return read_records(path, BankEntry, "bank_version", BANK_VERSION, "experience bank", "build_bank")
 
 
+BANK_SEED_RANK = 1_000  # a seed stream of its own, apart from the training loop's (seed, step, rank)
+BANK_TASKS_PER_BATCH = 32
+"""Tasks `sample_rollouts` plays together, `bank.samples_per_task` rollouts each."""
+
+
+def bank_batch_seed(cfg: Config, batch: int, rank: int) -> int:
+    """The seed of a process's `batch`-th batch of bank rollouts."""
+    return step_seed(cfg.seed, batch, rank=BANK_SEED_RANK + rank)
+
+
 def sample_rollouts(cfg: Config, tasks: list[Task], collect: Rollouts, base_dir: str | Path,
-                    tasks_per_batch: int = 32) -> list[tuple[str, str, Trajectory]]:
+                    tasks_per_batch: int = BANK_TASKS_PER_BATCH) -> list[tuple[str, str, Trajectory]]:
     """`bank.samples_per_task` base-model rollouts per training task, scored: (task_id, task text, trajectory)
     in task order. Seeded per batch of tasks."""
     tokenizer = load_tokenizer(base_dir)
@@ -173,7 +183,7 @@ def sample_rollouts(cfg: Config, tasks: list[Task], collect: Rollouts, base_dir:
         for b, start in enumerate(range(0, len(share), tasks_per_batch)):
             chunk = share[start:start + tasks_per_batch]
             trajectories = collect(backend, tokenizer, chunk, params,
-                                   step_seed(cfg.seed, b, rank=BANK_SEED_RANK + rank), cfg.bank.samples_per_task)
+                                   bank_batch_seed(cfg, b, rank), cfg.bank.samples_per_task)
             by_id = {t.task_id: t for t in chunk}
             mine.append([(t.task_id, task_text(by_id[t.task_id].messages), t) for t in trajectories])
             bar.update(len(chunk))
@@ -189,6 +199,3 @@ def _by_task(rollouts: list[tuple[str, str, Trajectory]]) -> list[list[tuple[str
     for rollout in rollouts:
         groups.setdefault(rollout[0], []).append(rollout)
     return list(groups.values())
-
-
-BANK_SEED_RANK = 1_000  # a seed stream of its own, apart from the training loop's (seed, step, rank)
