@@ -68,9 +68,9 @@ def test_the_cpu_estimate_matches_the_recorded_run_per_domain_at_its_machines_sp
 
 def test_the_tool_use_stages_timed_on_this_code_match_the_estimate(estimate):
     """Like with like: 8 tool-use stages run on this code (reports/perf/default_run_wall_time.2026-12-04-tool-use.json:
-    the bank, GRPO's, SDPO's and LOPD's trainings, three evaluations) on the machine and in the session that measured
-    the benchmarks, with the heap, the backend's sampler and oneDNN, against the estimate over those stages: within
-    25% in all and per kind (evaluations, the rest)."""
+    the bank, Vanilla's, GRPO's, SDPO's and LOPD's trainings, three evaluations) on the machine and in the session
+    that measured the benchmarks, with the heap, the backend's sampler and oneDNN, against the estimate over those
+    stages: within 25% in all and per kind (evaluations, the rest)."""
     record = estimate.recorded_run(REPO / "reports" / "perf" / "default_run_wall_time.2026-12-04-tool-use.json")
     assert (record["sampler"], record["malloc"], record["cpu_matmul"]) == ("top_k_first", "heap", "onednn")
     cfg = estimate.recorded_config("cpu", record)
