@@ -27,7 +27,8 @@ sampled as many tokens with both (the tokens themselves are compared in tests/te
 training step alone with the backend's sampler, which with `agentic` is the same work timed on another machine in a
 few minutes (`make estimate --check --record-rollouts FILE`: the sampling speed of the machine that recorded a run).
 Run: python scripts/bench_profile_rollouts.py [--profile cpu] [--eval-tasks 64] [--parts code train_step agentic]
-  [--out FILE]   (18 minutes on 2 cores; train_step alone 3 on a slower Zen 3, agentic alone 3.5 on a Zen 5)
+  [--out FILE]   (15 minutes on 2 cores with one tool-use play, before the other two; train_step alone 3 on a
+  slower Zen 3; agentic alone, its three plays, 3.5 on a Zen 5)
 """
 
 from __future__ import annotations
