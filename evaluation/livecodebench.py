@@ -200,6 +200,8 @@ def value_matches(expected: Any, got: Any) -> bool:
 COMPARISON = (stdout_matches, value_matches)
 PER_TEST_SECONDS = 6.0
 """LiveCodeBench's per-test timeout."""
+MAX_NEW_TOKENS = 2000
+"""LiveCodeBench's response budget: its runner's default `--max_tokens` (lcb_runner/runner/parser.py)."""
 
 
 def as_task(problem: Problem) -> CodingTask:
@@ -225,25 +227,30 @@ def run_problem(code: str, problem: Problem, per_test_seconds: float = PER_TEST_
 def score(problems: dict[str, Problem], completions: dict[str, list[str]], workers: int = 2) -> dict:
     """Score raw model outputs (`completions[question_id]`: n samples; the code is the last fenced block) as
     `evalplus_bench.score` does: pass@1 in percent with its 95% CI, "plus" on every test (LiveCodeBench's metric),
-    "base" on the public tests only, and per task the verdicts and the first failure of each sample."""
+    "base" on the public tests only, and per task the verdicts and the first failure of each sample. As there, a
+    sample that failed only by a time limit is run once more and its second verdict counts (`rechecked`,
+    `n_timeout_rechecks`)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from evaluation.coding.code_blocks import extract_code
-    from evaluation.evalplus_bench import summarize
+    from evaluation.evalplus_bench import rechecked, summarize
     from lopd.core.progress import progress
 
     jobs = [(qid, i) for qid in problems for i in range(len(completions[qid]))]
 
-    def run(job: tuple[str, int]) -> TestReport:
+    def run(job: tuple[str, int]) -> tuple[TestReport, bool]:
         qid, i = job
-        return run_problem(extract_code(completions[qid][i]), problems[qid])
+        code = extract_code(completions[qid][i])
+        return rechecked(lambda: run_problem(code, problems[qid]), lambda report: report.status == "timeout")
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         reports = list(progress(pool.map(run, jobs), desc="score livecodebench", total=len(jobs), unit="sample"))
-    per_task: dict[str, dict[str, list]] = {qid: {"base": [], "plus": [], "status": []} for qid in problems}
-    for (qid, _), report in zip(jobs, reports):
+    per_task: dict[str, dict[str, list]] = {qid: {"base": [], "plus": [], "status": [], "rechecked": []}
+                                            for qid in problems}
+    for (qid, _), (report, again) in zip(jobs, reports):
         n_public = problems[qid].n_public
         per_task[qid]["plus"].append(report.passed)
         per_task[qid]["base"].append(report.first_failed is None or report.first_failed >= n_public)
         per_task[qid]["status"].append("pass" if report.passed else report.detail)
-    return summarize("livecodebench", per_task)
+        per_task[qid]["rechecked"].append(again)
+    return {**summarize("livecodebench", per_task), "n_timeout_rechecks": sum(again for _, again in reports)}

@@ -14,8 +14,12 @@ How strongly it is isolated is decided once per host process by a probe run (`is
                 permissions only, so world-writable dirs such as /tmp stay writable.
   "plain"       not root: rlimits + socket guards + process-group kill. Weakest: the code runs as
                 the calling user and can signal or write whatever that user can. Use a container.
-  "refuse"      root, but neither of the above works: nothing runs (every call is a sandbox_error),
-                because code running as root could kill every process on the machine.
+  "refuse"      root, but neither of the above works: nothing runs, because code running as root could
+                kill every process on the machine.
+
+When the sandbox cannot run code at all (mode "refuse", or its own setup fails), `run_python` raises
+`SandboxUnavailable` instead of returning a result: a scorer must never count that as the code's failure. Stages
+that score code call `check_sandbox()` first, which also runs a known-correct and a known-wrong program.
 
 In every mode: RLIMIT_CPU / AS / FSIZE / NPROC (NPROC only bites for a non-root uid, hence the
 throwaway uid), a wall-clock SIGKILL of the whole process tree, stdout and stderr each capped at
@@ -42,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evaluation.harness import sandbox_supervisor
+from lopd.core.domain import SandboxUnavailable
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,7 @@ class SandboxLimits:
 
 @dataclass(frozen=True)
 class SandboxResult:
-    status: str          # "ok" | "error" (nonzero exit/exception) | "timeout" | "memory" | "killed" | "sandbox_error"
+    status: str          # "ok" | "error" (nonzero exit/exception) | "timeout" | "memory" | "killed"
     returncode: int | None   # the user process's exit code, or -signal; None when unknown
     stdout: str
     stderr: str
@@ -79,12 +84,17 @@ _SUPERVISOR = Path(sandbox_supervisor.__file__).read_text(encoding="utf-8")
 # -----------------------------------------------------------------------------
 # Host side
 
+INTERPRETER = os.path.abspath(sys.executable)
+"""This venv's interpreter, absolute: a relative one (`PATH=.venv/bin:…`) would not resolve from the sandbox's cwd."""
 _UNSHARE = shutil.which("unshare")
 _SETPRIV = shutil.which("setpriv")
 _PROJECT_ROOT = Path(__file__).resolve().parents[1]
 # real paths, as the kept interpreter dirs are: a venv reached through a symlink inside the project (hidden) stays found
 _SITE_DIRS = sorted({os.path.realpath(sysconfig.get_paths()[k]) for k in ("purelib", "platlib")})
+_COVERED = ("/tmp", "/var/tmp", "/dev/shm", "/run", "/root", "/home", str(_PROJECT_ROOT), tempfile.gettempdir())
+"""What "namespaces" mode hides: temp dirs (other runs' files), homes (keys, caches) and this checkout."""
 _mode: str | None = None       # chosen once by isolation_mode(); tests may override it
+_refusal = ""                  # why no mode works, when _mode is "refuse"
 _mode_lock = threading.Lock()
 _uids = random.Random()        # private generator: user code seeding `random` must not matter
 
@@ -92,7 +102,7 @@ _uids = random.Random()        # private generator: user code seeding `random` m
 def isolation_mode() -> str:
     """The strongest mode that works on this host (probed on first use, then cached):
     "namespaces", "uid", "plain", or "refuse" (root, but no way to drop root: nothing runs)."""
-    global _mode
+    global _mode, _refusal
     with _mode_lock:
         if _mode is None:
             # Model code never runs as root: root without a uid drop could kill every process on
@@ -102,21 +112,29 @@ def isolation_mode() -> str:
             for mode in candidates:
                 # json: the stdlib must be readable by the throwaway uid, not just already loaded
                 probe = "import json; print(json.dumps(6 * 7))"
-                result = _run_in(mode, probe, "", SandboxLimits(wall_seconds=30), {}, ())
+                try:
+                    result = _run_in(mode, probe, "", SandboxLimits(wall_seconds=30), {}, ())
+                except SandboxUnavailable as err:
+                    failed.append(f"{mode}: {err}")
+                    continue
                 if result.status == "ok" and result.stdout == "42\n":
                     _mode = mode
                     break
                 why = result.detail or (result.stderr.strip().splitlines() or [result.stdout.strip()])[-1]
                 failed.append(f"{mode}: {result.status}{': ' + why[:200] if why else ''}")
-            if _mode != "namespaces":  # say why, so a host that should have them can be fixed
-                warnings.warn(f"sandbox: namespaces unavailable, isolation mode is {_mode!r} "
-                              f"({'; '.join(failed) or 'no unshare binary, or not root'})")
+            causes = "; ".join(failed) or "no unshare binary, or not root"
+            if _mode == "refuse":
+                _refusal = (f"refusing to run model code as root: neither namespaces nor a throwaway uid work here "
+                            f"({causes}; interpreter {INTERPRETER})")
+            elif _mode != "namespaces":  # say why, so a host that should have them can be fixed
+                warnings.warn(f"sandbox: namespaces unavailable, isolation mode is {_mode!r} ({causes})")
         return _mode
 
 
 def run_python(source: str, *, stdin: str = "", limits: SandboxLimits = SandboxLimits(),
                files: Mapping[str, str] | None = None, args: Sequence[str] = ()) -> SandboxResult:
-    """Run `source` as __main__ in a fresh sandboxed interpreter; never raises for bad user code."""
+    """Run `source` as __main__ in a fresh sandboxed interpreter; never raises for bad user code, raises
+    `SandboxUnavailable` when the sandbox itself cannot run it."""
     files = dict(files or {})
     for name in files:  # a bad name is the caller's bug, not the user's, so it raises
         parts = Path(name).parts
@@ -124,8 +142,7 @@ def run_python(source: str, *, stdin: str = "", limits: SandboxLimits = SandboxL
             raise ValueError(f"sandbox file name must be relative, without '..', and not main.py: {name!r}")
     mode = isolation_mode()
     if mode == "refuse":
-        return SandboxResult("sandbox_error", None, "", "", 0.0, "refusing to run model code as root: "
-                             "neither namespaces nor a throwaway uid work here (is the interpreter world-readable?)")
+        raise SandboxUnavailable(_refusal)
     return _run_in(mode, source, stdin, limits, files, [str(a) for a in args])
 
 
@@ -145,8 +162,10 @@ def _run_in(mode, source, stdin, limits, files, args) -> SandboxResult:
                 for name in [root, *(os.path.join(root, n) for n in dirs + names)]:
                     os.chown(name, uid, uid)
         return _execute(mode, workdir, uid, stdin, limits, args, start)
-    except Exception as e:  # the machinery failed (no fork, disk full, ...): still a result
-        return SandboxResult("sandbox_error", None, "", "", time.monotonic() - start, f"{type(e).__name__}: {e}")
+    except SandboxUnavailable:
+        raise
+    except Exception as e:  # the machinery failed (no fork, disk full, ...): not the code's fault
+        raise SandboxUnavailable(f"the sandbox failed to start ({type(e).__name__}: {e})") from e
     finally:
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -154,16 +173,8 @@ def _run_in(mode, source, stdin, limits, files, args) -> SandboxResult:
 
 def _command(mode, workdir, uid, status_fd, limits, args) -> list[str]:
     keep = _interpreter_dirs()
-    hidden = []
-    if mode == "namespaces":
-        for top in ("/tmp", "/var/tmp", "/dev/shm", "/run", "/root", "/home", str(_PROJECT_ROOT)):
-            real = os.path.realpath(top)
-            inner = [k for k in keep if _under(k, real)]
-            if (real != top or not os.path.isdir(top) or any(_under(real, k) for k in keep)
-                    or (inner and _under(workdir, real))):
-                continue  # a symlink, missing, inside the interpreter, or both workdir and kept dirs
-            hidden.append(top)
-    cmd = [sys.executable, "-I", "-S", "-B", "-X", "utf8", "-X", "frozen_modules=on", "-c", _SUPERVISOR,
+    hidden = _hidden_dirs(_COVERED, keep) if mode == "namespaces" else []
+    cmd = [INTERPRETER, "-I", "-S", "-B", "-X", "utf8", "-X", "frozen_modules=on", "-c", _SUPERVISOR,
            mode, workdir, str(uid), str(status_fd), str(limits.memory_mb), str(int(limits.cpu_seconds)),
            str(limits.file_size_mb), str(limits.max_processes), str(limits.workdir_mb),
            os.pathsep.join(hidden), os.pathsep.join(keep), os.pathsep.join(_SITE_DIRS), *args]
@@ -172,6 +183,14 @@ def _command(mode, workdir, uid, status_fd, limits, args) -> list[str]:
     if _SETPRIV:  # if this host process dies, so does the sandbox (fires on the spawning thread's exit)
         cmd = [_SETPRIV, "--pdeathsig", "KILL", *cmd]
     return cmd
+
+
+def _hidden_dirs(tops: Sequence[str], keep: Sequence[str]) -> list[str]:
+    """The real paths of `tops` that "namespaces" mode covers with an empty tmpfs (mounting the `keep` dirs back
+    inside): the outermost of those that exist, minus any that a kept dir lies in."""
+    real = {os.path.realpath(top) for top in tops}
+    real = {top for top in real if os.path.isdir(top) and not any(_under(top, k) for k in keep)}
+    return sorted(top for top in real if not any(top != other and _under(top, other) for other in real))
 
 
 def _interpreter_dirs() -> list[str]:
@@ -346,7 +365,7 @@ def _classify(status_line, stop, stdout, stderr, elapsed, limits) -> SandboxResu
 
     setup = [line for line in status_line if line.startswith("setup ")]
     if setup:
-        return result("sandbox_error", None, "sandbox setup failed: " + setup[0][6:])
+        raise SandboxUnavailable(f"sandbox setup failed ({setup[0][6:]})")
     if stop == "timeout":
         return result("timeout", None, f"wall-clock limit of {limits.wall_seconds:g}s")
     if stop == "output":

@@ -34,6 +34,7 @@ from pipelines.common import (
     BASE_MODEL_DIR,
     DOMAIN_ARG,
     DOMAINS,
+    check_sandbox,
     for_domain,
     parse_args,
     record_metrics,
@@ -64,7 +65,7 @@ def evaluation_prompts(cfg, domain: str = "code") -> tuple[dict[str, str], str]:
 
 
 def embed(embedder: TextEmbedder, texts: list[str], desc: str) -> np.ndarray:
-    """`embedder.embed(texts)` under a bar, in the embedder's own batches (so the same vectors)."""
+    """`embedder.embed(texts)` under a bar, a batch of the embedder's at a time (the vectors do not depend on it)."""
     size, parts = embedder.batch_size, []
     with progress(total=len(texts), desc=desc, unit="text") as bar:
         for start in range(0, len(texts), size):
@@ -76,6 +77,7 @@ def embed(embedder: TextEmbedder, texts: list[str], desc: str) -> np.ndarray:
 def main() -> None:
     args, cfg = parse_args(__doc__, domain=DOMAIN_ARG)
     check_backend(cfg, BASE_MODEL_DIR)  # before any work: the rollout engine can run this model
+    check_sandbox(args.domain)  # and the sandbox can score the domain
     cfg, domain = for_domain(cfg, args.domain), DOMAINS[args.domain]
     stage = stage_name("build_bank", args.domain)
     with Tracker(cfg, stage) as tracker, training_domain(cfg, args.domain) as (tasks, collect, source, _):

@@ -15,7 +15,16 @@ from lopd.core.tracking import Tracker
 from lopd.latent.bank import check_no_eval_overlap, read_bank, task_text
 from lopd.latent.retrieval import BANK_FILE
 from pipelines.build_bank import evaluation_prompts
-from pipelines.common import DOMAIN_ARG, DOMAINS, for_domain, parse_args, record_metrics, run_stage, stage_name
+from pipelines.common import (
+    DOMAIN_ARG,
+    DOMAINS,
+    check_sandbox,
+    for_domain,
+    parse_args,
+    record_metrics,
+    run_stage,
+    stage_name,
+)
 from pipelines.domains.code import coding_tasks, coding_training_tasks
 
 
@@ -55,6 +64,8 @@ def agentic_references(cfg, covered) -> tuple[dict[str, list[str]], int]:
 def main() -> None:
     args, cfg = parse_args(__doc__, domain=DOMAIN_ARG)
     cfg, domain = for_domain(cfg, args.domain), DOMAINS[args.domain]
+    if cfg.pool.fill_with_references:  # references are scored before they join the pool
+        check_sandbox(args.domain)
     stage = stage_name("build_pool", args.domain)
     with Tracker(cfg, stage) as tracker:
         start = time.perf_counter()

@@ -12,6 +12,7 @@ import errno
 import importlib
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -23,12 +24,13 @@ from lopd.core import registry
 from lopd.core.checkpoint import MANIFEST, UnwritableOutput, policy_dir
 from lopd.core.config import REPO_ROOT, Config, ConfigError, build_config, load_config
 from lopd.core.device import reuse_freed_memory, use_cpu_matmul
-from lopd.core.domain import Domain
+from lopd.core.domain import Domain, SandboxUnavailable
 from lopd.core.experiments import flatten
 from lopd.core.jsonl import UnreadableFile, read_json
 from lopd.core.models import UnreadableWeights, check_model_dir
 from lopd.core.progress import quiet_libraries
 from lopd.core.tracking import Tracker
+from pipelines.restore import naming_restore, previous_outputs
 
 if TYPE_CHECKING:
     from lopd.core.methods import Method
@@ -93,13 +95,14 @@ def domain_module(domain: str) -> str:
     return f"pipelines.domains.{domain}"
 
 
-DOMAIN_STAGES = ("pipelines.train", "pipelines.validate_base", "pipelines.build_bank", "pipelines.cold_start",
-                 "pipelines.learn_select", "pipelines.learn_race")
-"""The CLIs that read their domain's training tasks through `training_domain` (by name, so the scan needs telling)."""
+DOMAIN_STAGES = ("pipelines.train", "pipelines.validate_base", "pipelines.build_bank", "pipelines.build_pool",
+                 "pipelines.cold_start", "pipelines.learn_select", "pipelines.learn_race")
+"""The CLIs that read their domain's training tasks through `training_domain`, or check its sandbox through
+`check_sandbox` (by name, so the scan needs telling)."""
 METHOD_STAGES = ("pipelines.train",)
 """The CLIs that build their `--method` through the registry (by name)."""
-ANY_METHOD_STAGES = ("pipelines.learn_race",)
-"""The CLIs that build whichever method their params name (learn.runs): every method's file is their code."""
+RUN_STAGES = ("pipelines.learn_race",)
+"""The CLIs that build the method of their `--run` (learn.runs.<run>.method in params.yaml) through the registry."""
 LAUNCHER = "pipelines.launch"
 
 
@@ -181,6 +184,13 @@ def training_domain(cfg: Config, domain: str) -> Iterator[TrainingSplit]:
         yield split
 
 
+def check_sandbox(domain: str) -> None:
+    """Raise SandboxUnavailable (`run_stage` makes it one line) unless the sandbox that scores `domain` runs known
+    programs right (the domain module's `check_sandbox`). Every stage that scores code or tool use calls it before
+    any work, so a sandbox that cannot run code stops the stage instead of scoring every answer 0."""
+    importlib.import_module(domain_module(domain)).check_sandbox()
+
+
 def base_validation_measurement(cfg: Config, validation: Sequence[Task], processes: int) -> dict[str, Any]:
     """How a code training run measures its validation points, besides the weights (greedy: no seed draws): the base
     model's point (`base_validation_file`) is its step 0 only where it was measured alike. `processes`: each plays its
@@ -219,20 +229,25 @@ def run_stage(main: Callable[[], None]) -> None:
     """Run a stage's (or a benchmark script's) `main`: a missing upstream output, a weights or JSON file it cannot
     read, an output folder it cannot write or a setting the machine cannot run ends it with one line naming the
     file or key and what to do, not a traceback (nothing has been written by then). So do a full disk and Ctrl-C,
-    which leave the outputs as they were (they are replaced only once whole) and a training run's last saved step."""
+    which leave the outputs as they were (they are replaced only once whole) and a training run's last saved step.
+    Under DVC, a stage whose outputs DVC deleted before it ran also names the command that puts them back
+    (pipelines/restore.py)."""
     reuse_freed_memory()
-    try:
-        main()
-    except (ConfigError, FileNotFoundError, UnreadableWeights, UnreadableFile, UnwritableOutput) as err:
-        sys.exit(f"error: {err}")
-    except OSError as err:
-        if err.errno not in DISK_ERRORS:
-            raise
-        sys.exit(f"error: {err.filename or 'writing'}: {err.strerror}; the stage's previous outputs are kept")
-    except KeyboardInterrupt:
-        print("interrupted: the stage's previous outputs are kept (a training run resumes from its last saved step)",
-              file=sys.stderr)
-        sys.exit(128 + signal.SIGINT)
+    with naming_restore():
+        try:
+            main()
+        except (ConfigError, FileNotFoundError, UnreadableWeights, UnreadableFile, UnwritableOutput) as err:
+            sys.exit(f"error: {err}")
+        except SandboxUnavailable as err:
+            sys.exit(f"error: sandbox: {err}")
+        except OSError as err:
+            if err.errno not in DISK_ERRORS:
+                raise
+            sys.exit(f"error: {err.filename or 'writing'}: {err.strerror}; {previous_outputs()}")
+        except KeyboardInterrupt:
+            print(f"interrupted: {previous_outputs()} (a training run resumes from its last saved step)",
+                  file=sys.stderr)
+            sys.exit(128 + signal.SIGINT)
 
 
 def check_writable(paths: Iterable[Path]) -> None:
@@ -251,19 +266,37 @@ def check_writable(paths: Iterable[Path]) -> None:
 
 @contextlib.contextmanager
 def replacing(*paths: Path) -> Iterator[list[Path]]:
-    """Temporary names beside `paths` for a stage to write its outputs to; once the block ends without error they
-    replace `paths` (each by a rename), and on an error they are deleted. A stage that fails while writing, say on
-    a full disk, leaves the previous outputs as they were, all of them."""
+    """Temporary names beside `paths` for a stage to write its outputs to (a file, or a folder it creates and
+    fills); once the block ends without error they replace `paths` (each by a rename; a folder whole, so no file of
+    the previous one stays), and on an error they are deleted. A stage that fails while writing, say on a full
+    disk, leaves the previous outputs as they were, all of them."""
     check_writable(paths)
     temporary = [path.with_name(f".tmp-{path.name}") for path in paths]
+    for path in temporary:  # a killed run's: a folder must start empty
+        remove(path)
     try:
         yield temporary
     except BaseException:
         for path in temporary:
-            path.unlink(missing_ok=True)
+            remove(path)
         raise
     for path, final in zip(temporary, paths):
-        os.replace(path, final)
+        if path.is_dir() and final.exists():  # a rename cannot replace a folder that has files
+            previous = final.with_name(f".old-{final.name}")
+            remove(previous)
+            os.replace(final, previous)
+            os.replace(path, final)
+            remove(previous)
+        else:
+            os.replace(path, final)
+
+
+def remove(path: Path) -> None:
+    """Delete a file or a folder, if there."""
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -1,40 +1,71 @@
-"""Keep dvc.yaml's code deps equal to the code each stage runs (a maintenance tool, not a DVC stage).
+"""Keep the DAG's deps equal to what each stage runs and reads (a maintenance tool, not a DVC stage).
 
 A stage's code is the import closure (lopd.core.provenance) of the modules its command runs (pipelines.common.
-stage_modules). `python -m pipelines.dag` lists the stages whose code deps differ from it; `--write` rewrites them in
-dvc.yaml and pipelines/learn/dvc.yaml (data deps and comments stay). tests/test_dag.py fails when they differ, so run
-this after adding an import.
+stage_modules). `python -m pipelines.dag` lists the stages whose generated deps differ from it; `--write` rewrites them
+in dvc.yaml and pipelines/learn/dvc.yaml (hand-written deps and comments stay). tests/test_dag.py fails when they
+differ, so run this after adding an import, a run to learn.runs or a dep to a training stage.
+
+The learning race's runs (`learn@<run>`) read what their method reads, each its own: a run reads its method's training
+stage's upstream outputs and params (dvc.yaml's `train@<method>` or `train_lopd`: `training_reads`) and the code its
+method imports. DVC gives a foreach stage one deps list and interpolates no list into it, so the stage's `foreach` is
+generated from learn.runs: each run with its own deps and params, which the template names slot by slot (`SLOT`).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import shlex
+from typing import Any
 
 from lopd.core import registry
-from lopd.core.config import REPO_ROOT, trained_methods
+from lopd.core.config import REPO_ROOT, load_config
 from lopd.core.provenance import PACKAGES, source_files
-from pipelines.common import ANY_METHOD_STAGES, DOMAIN_STAGES, LAUNCHER, METHOD_STAGES, stage_module, stage_modules
+from pipelines.common import (
+    DOMAIN_STAGES,
+    LAUNCHER,
+    METHOD_STAGES,
+    RUN_STAGES,
+    base_validation_file,
+    stage_module,
+    stage_modules,
+    stage_name,
+)
 
 DVC_YAML = REPO_ROOT / "dvc.yaml"
-DVC_FILES = (DVC_YAML, REPO_ROOT / "pipelines" / "learn" / "dvc.yaml")
+RACE_YAML = REPO_ROOT / "pipelines" / "learn" / "dvc.yaml"
+DVC_FILES = (DVC_YAML, RACE_YAML)
 """The paper's pipeline (`dvc repro`) and the learning race (`make learn`), which `dvc repro` alone does not run."""
+PARAMS_YAML = REPO_ROOT / "params.yaml"
 METHOD_FILE = "baselines/${item.method}.py"
 """How a `train@<name>` matrix names its member's own method file (DVC cannot vary a matrix's deps otherwise)."""
+RACE_STAGE = "learn"
+"""The race's foreach stage: one `learn@<run>` per run of learn.runs."""
+NOT_READ_BY_RACE = (base_validation_file().relative_to(REPO_ROOT).as_posix(), "seed")
+"""What a race run does not read of its method's training stage: the paper pipeline's step 0 (a run's is
+learn_select's) and its seed (a run has its own, in learn.runs.<run>)."""
+SLOT = "${{item.{kind}[{i}]}}"
+"""The template's i-th entry of a run's own `deps` or `params` (a run with fewer repeats its last)."""
+
+
+@functools.cache
+def race_methods() -> dict[str, str]:
+    """Each run of the learning race (learn.runs in params.yaml) and the method it trains."""
+    return {run: spec.method for run, spec in load_config(PARAMS_YAML).learn.runs.items()}
 
 
 def stage_code(cmd: str) -> set[str]:
-    """Repo-relative files that a stage command (`python -m pipelines[.launch ]X [--method M] [--domain D]`) runs:
-    the launcher's too when it goes through it."""
+    """Repo-relative files that a stage command (`python -m pipelines[.launch ]X [--method M] [--run R] [--domain D]`)
+    runs: the launcher's too when it goes through it."""
     argv = shlex.split(cmd)
     module = stage_module(argv)
     option = lambda name: argv[argv.index(name) + 1] if name in argv else None  # noqa: E731
     domain = (option("--domain") or "code") if module in DOMAIN_STAGES else None
-    method = option("--method") if module in METHOD_STAGES else None
+    method = (option("--method") if module in METHOD_STAGES
+              else race_methods()[option("--run")] if module in RUN_STAGES else None)
     launcher = [LAUNCHER] if argv[argv.index("-m") + 1] == LAUNCHER else []
-    methods = trained_methods() if module in ANY_METHOD_STAGES else [method]
-    return {f.relative_to(REPO_ROOT).as_posix() for m in methods
-            for f in source_files([*launcher, *stage_modules(module, m, domain)])}
+    modules = [*launcher, *stage_modules(module, method, domain)]
+    return {f.relative_to(REPO_ROOT).as_posix() for f in source_files(modules)}
 
 
 def files_under(dep: str) -> set[str]:
@@ -48,6 +79,11 @@ def files_under(dep: str) -> set[str]:
 
 def is_code(dep: str) -> bool:
     return dep.split("/")[0] in PACKAGES
+
+
+def is_generated(entry: str) -> bool:
+    """A deps or params entry this tool writes: a code dep, or a slot of a race run's own entries."""
+    return is_code(entry) or entry.startswith("${item.")
 
 
 def minimal_cover(files: set[str]) -> list[str]:
@@ -74,19 +110,101 @@ def expected_code_deps(stage: dict) -> list[str]:
     return [*minimal_cover(union - own), METHOD_FILE]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--write", action="store_true", help="rewrite dvc.yaml's code deps")
-    args = parser.parse_args()
+def training_reads(default: dict, method: str) -> tuple[list[str], list[str]]:
+    """The data deps and params of the default DAG's stage that trains `method` in the code domain, as DVC resolves
+    them for it (`train@<method>`: the matrix's, `${item.method}` filled in; `train_lopd`)."""
+    stage = default["stages"][stage_name("train", "code", method).split("@")[0]]
+    fill = lambda entry: str(entry).replace("${item.method}", method)  # noqa: E731
+    return [fill(d) for d in stage["deps"] if not is_code(d)], [fill(p) for p in stage["params"]]
+
+
+def race_reads(default: dict, template: dict) -> tuple[list[str], dict[str, dict[str, list[str]]]]:
+    """What the race's runs read beyond the template's hand-written deps and params: the code deps every run has (its
+    import closure's minimal cover), and each run's own deps (its method's upstream outputs, then the rest of its
+    code) and params (its method's: `training_reads`, but `NOT_READ_BY_RACE`)."""
+    written = {entry for entry in [*template["deps"], *template["params"]] if not is_generated(entry)}
+    covers = {run: minimal_cover(stage_code(template["cmd"].replace("${key}", run))) for run in race_methods()}
+    common = [dep for dep in next(iter(covers.values())) if all(dep in cover for cover in covers.values())]
+    own = {}
+    for run, method in race_methods().items():
+        data, params = training_reads(default, method)
+        keep = lambda entry: entry not in written and entry not in NOT_READ_BY_RACE  # noqa: E731
+        own[run] = {"deps": [*filter(keep, data), *(dep for dep in covers[run] if dep not in common)],
+                    "params": list(filter(keep, params))}
+    return common, own
+
+
+def race_params(run: str) -> list[str]:
+    """The params stage `learn@<run>` reads, as pipelines/learn/dvc.yaml lists them; a ValueError for a run it has no
+    stage for (one added to learn.runs since the file was generated)."""
+    from ruamel.yaml import YAML
+
+    stage = YAML(typ="safe").load(RACE_YAML)["stages"][RACE_STAGE]
+    if run not in stage["foreach"]:
+        raise ValueError(f"{RACE_YAML.relative_to(REPO_ROOT)}: no stage learn@{run} (run: python -m pipelines.dag "
+                         "--write)")
+    written = [p.replace("${key}", run) for p in stage["do"]["params"] if not is_generated(p)]
+    return [*written, *dict.fromkeys(stage["foreach"][run]["params"])]
+
+
+def flow(entries: list[str]) -> Any:
+    """A YAML list written on one line (wrapped at the file's width)."""
+    from ruamel.yaml.comments import CommentedSeq
+
+    seq = CommentedSeq(entries)
+    seq.fa.set_flow_style()
+    return seq
+
+
+def update_race_stage(stage: dict, default: dict) -> bool:
+    """Rewrite the race's foreach stage from learn.runs (`race_reads`) where it differs; True where it did. Runs of
+    one method share one entry (a YAML anchor named after the method)."""
+    from ruamel.yaml.comments import CommentedMap
+
+    template = stage["do"]
+    common, own = race_reads(default, template)
+    width = {kind: max(len(reads[kind]) for reads in own.values()) for kind in ("deps", "params")}
+    slots = {kind: [SLOT.format(kind=kind, i=i) for i in range(n)] for kind, n in width.items()}
+    deps = [*(d for d in template["deps"] if not is_generated(d)), *common, *slots["deps"]]
+    params = [*(p for p in template["params"] if not is_generated(p)), *slots["params"]]
+    padded = {run: {kind: reads[kind] + reads[kind][-1:] * (width[kind] - len(reads[kind])) for kind in reads}
+              for run, reads in own.items()}
+    have = stage["foreach"] if isinstance(stage["foreach"], dict) else {}  # e.g. `${learn.runs}` before a first write
+    if ([*template["deps"]], [*template["params"]], {run: {k: [*v] for k, v in reads.items()} for run, reads in
+                                                     have.items()}) == (deps, params, padded):
+        return False
+    template["deps"].clear()
+    template["deps"].extend(deps)
+    template["params"].clear()
+    template["params"].extend(params)
+    entries: dict[str, CommentedMap] = {}
+    foreach = CommentedMap()
+    for run, method in race_methods().items():
+        if method not in entries:
+            entries[method] = CommentedMap((kind, flow(values)) for kind, values in padded[run].items())
+            if [*race_methods().values()].count(method) > 1:
+                entries[method].yaml_set_anchor(method, always_dump=True)
+        foreach[run] = entries[method]
+    stage["foreach"] = foreach
+    return True
+
+
+def sync(write: bool) -> list[str]:
+    """The stages whose generated deps differ from what they should be (rewritten where `write`)."""
     from ruamel.yaml import YAML  # DVC's own YAML library: keeps comments and layout
 
     yaml = YAML()
     yaml.width = 120
-    stale = []
+    stale, default = [], None
     for path in DVC_FILES:
         doc = yaml.load(path)
+        default = default or doc  # dvc.yaml, read first: the race's runs read its training stages
         changed = []
         for name, stage in doc["stages"].items():
+            if path == RACE_YAML and name == RACE_STAGE:
+                if update_race_stage(stage, default):
+                    changed.append(name)
+                continue
             stage = stage.get("do", stage)  # a foreach stage: its definition is under `do`
             want = expected_code_deps(stage)
             have = [d for d in stage["deps"] if is_code(d)]
@@ -95,11 +213,19 @@ def main() -> None:
                 data = [d for d in stage["deps"] if not is_code(d)]
                 stage["deps"].clear()
                 stage["deps"].extend([*data, *want])
-        if args.write and changed:
-            yaml.dump(doc, path)
-        stale += changed
+        if write and changed:  # a flow list wrapped at the width ends its lines in a space
+            yaml.dump(doc, path, transform=lambda text: "\n".join(line.rstrip() for line in text.split("\n")))
+        stale += [f"{path.relative_to(REPO_ROOT)}:{name}" for name in changed]
+    return stale
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--write", action="store_true", help="rewrite the stale deps")
+    args = parser.parse_args()
+    stale = sync(args.write)
     print(("rewrote" if args.write else "stale:") + f" {', '.join(stale)}" if stale
-          else "dvc.yaml code deps are up to date")
+          else "the DVC files' generated deps are up to date")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ with the response prefix and an opened python fence, generation stops at EvalPlu
 among them), and the text scored is the output cut there: scores comparable with EvalPlus' own runs, and no tokens
 spent on the explanation or demo code an instruct model may write after its code. LiveCodeBench v5/v6 follow its
 own prompt (evaluation/livecodebench.py), the last fenced block is run on every public and private test in the
-sandbox; without a release file those benchmarks report n/a, naming where they looked."""
+sandbox; without a release file those benchmarks report n/a, naming where they looked. Each benchmark samples to its
+own protocol's response budget (EvalPlus' 768 tokens, LiveCodeBench's 2,000) unless `eval.max_new_tokens` sets one."""
 
 from __future__ import annotations
 
@@ -35,16 +36,19 @@ from pipelines.common import (
     METHOD_ARG,
     parse_args,
     record_metrics,
+    replacing,
     run_stage,
     stage_name,
     trained_policy,
     write_json,
 )
+from pipelines.domains.code import check_sandbox
 
 METRICS = {"pass@1": "pass@1_plus", "pass@1_ci_low": "pass@1_plus_ci_low", "pass@1_ci_high": "pass@1_plus_ci_high",
-           "pass@1_base": "pass@1_base", "n_tasks": "n_tasks"}
+           "pass@1_base": "pass@1_base", "n_tasks": "n_tasks", "n_timeout_rechecks": "n_timeout_rechecks"}
 """What DVC shows of an evaluation (metric name -> summary key; pass@1 on EvalPlus+ tests with its 95% CI, in
-percent). Timings, token counts and the base tests' CI are in the results file."""
+percent; the samples checked twice because their first check failed only by a time limit). Timings, token counts
+and the base tests' CI are in the results file."""
 PROTOCOL = "evalplus-chat (response prefix + stop \\n```\\n and evalplus' EOS strings)"
 """Recorded in the summary: how EvalPlus completions were sampled (module docstring)."""
 LCB_PROTOCOL = "livecodebench-chat (its system prompt and format instructions; the last fenced code block is scored)"
@@ -61,6 +65,8 @@ class CodeBenchmark:
     keep: Callable[[str], str]
     score: Callable[[dict[str, list[str]]], dict]
     protocol: str
+    max_new_tokens: int
+    """Response budget per sample: `eval.max_new_tokens`, or the benchmark's own where that is null."""
 
 
 class NotAvailable(Exception):
@@ -80,7 +86,7 @@ def code_benchmark(cfg: Config, benchmark: str) -> CodeBenchmark:
         by_id = {p.question_id: p for p in problems[:cfg.eval.task_limit]}
         return CodeBenchmark({qid: livecodebench.build_messages(p) for qid, p in by_id.items()}, False, (),
                              lambda text: text, lambda done: livecodebench.score(by_id, done, cfg.eval.workers),
-                             LCB_PROTOCOL)
+                             LCB_PROTOCOL, budget(cfg, livecodebench.MAX_NEW_TOKENS))
     data_dir = cfg.data.shared_path("evalplus")
     try:
         problems = evalplus_bench.load_problems(benchmark, data_dir, limit=cfg.eval.task_limit)
@@ -90,7 +96,13 @@ def code_benchmark(cfg: Config, benchmark: str) -> CodeBenchmark:
                           for tid, problem in problems.items()}, True, evalplus_bench.STOP_STRINGS,
                          evalplus_bench.chat_solution,
                          lambda done: evalplus_bench.score(benchmark, problems, done, data_dir=data_dir,
-                                                           workers=cfg.eval.workers), PROTOCOL)
+                                                           workers=cfg.eval.workers), PROTOCOL,
+                         budget(cfg, evalplus_bench.MAX_NEW_TOKENS))
+
+
+def budget(cfg: Config, own: int) -> int:
+    """The response budget of a benchmark whose own protocol allows `own` tokens: `eval.max_new_tokens`, if set."""
+    return own if cfg.eval.max_new_tokens is None else cfg.eval.max_new_tokens
 
 
 Wrap = Callable[[RolloutBackend, object, dict[str, list[dict]], bool], tuple[RolloutBackend, dict[str, Any]]]
@@ -112,6 +124,7 @@ def run(cfg: Config, method: str, model_dir: Callable[[], Path], wrap: Wrap | No
     metrics; without data for any, no model is loaded."""
     stage = stage_name("eval", "code", method)
     domain = DOMAINS["code"]
+    check_sandbox()  # before any work: the sandbox can score code
     device()  # the process state: this process's rank among the launched ones
     state = PartialState()
     with Tracker(cfg, stage) as tracker:
@@ -136,31 +149,33 @@ def run(cfg: Config, method: str, model_dir: Callable[[], Path], wrap: Wrap | No
         if not state.is_main_process:  # process 0 scores and writes
             return
         scores = {}
-        for benchmark, bench in benchmarks.items():
-            if isinstance(bench, NotAvailable):
-                result = {"summary": {"benchmark": benchmark, "method": method, "profile": cfg.profile,
-                                      "note": str(bench), "n_tasks": 0}, "per_task": {}}
-            else:
-                result = results[benchmark]
-            summary = result["summary"]
-            if "note" not in summary:
-                tracker.log_metrics({f"{benchmark}.{k}": summary[k]
-                                     for k in ("generated_tokens", "sampling_s", "scoring_s")})
-            write_json(domain.results / "eval" / method / f"{benchmark}.json", result)
-            scores[benchmark] = {name: summary[key] for name, key in METRICS.items() if key in summary}
-            print(f"{method} on {benchmark}: " + (summary["note"] if "note" in summary else
-                                                  f"pass@1 {summary['pass@1_plus']:.2f} "
-                                                  f"(base {summary['pass@1_base']:.2f})"), flush=True)
+        with replacing(domain.results / "eval" / method) as (folder,):  # whole: no other run's benchmark stays
+            folder.mkdir()
+            for benchmark, bench in benchmarks.items():
+                if isinstance(bench, NotAvailable):
+                    result = {"summary": {"benchmark": benchmark, "method": method, "profile": cfg.profile,
+                                          "note": str(bench), "n_tasks": 0}, "per_task": {}}
+                else:
+                    result = results[benchmark]
+                summary = result["summary"]
+                if "note" not in summary:
+                    tracker.log_metrics({f"{benchmark}.{k}": summary[k]
+                                         for k in ("generated_tokens", "sampling_s", "scoring_s")})
+                write_json(folder / f"{benchmark}.json", result)
+                scores[benchmark] = {name: summary[key] for name, key in METRICS.items() if key in summary}
+                print(f"{method} on {benchmark}: " + (summary["note"] if "note" in summary else
+                                                      f"pass@1 {summary['pass@1_plus']:.2f} "
+                                                      f"(base {summary['pass@1_base']:.2f})"), flush=True)
         record_metrics(tracker, domain.metrics / "eval" / f"{method}.json", stage, scores)
 
 
 def protocol_groups(benchmarks: dict[str, CodeBenchmark]) -> list[list[str]]:
     """The benchmarks sampled in one engine call, in `benchmarks`' order: those whose prompts end alike and whose
-    sampling stops alike (HumanEval+ with MBPP+; LiveCodeBench v5 with v6). The engine's batch then stays full to
-    the end of the last of them, instead of draining at the end of each."""
+    sampling stops alike, at the same budget (HumanEval+ with MBPP+; LiveCodeBench v5 with v6). The engine's batch
+    then stays full to the end of the last of them, instead of draining at the end of each."""
     groups: dict[tuple, list[str]] = {}
     for name, bench in benchmarks.items():
-        groups.setdefault((bench.stop, bench.continue_final), []).append(name)
+        groups.setdefault((bench.stop, bench.continue_final, bench.max_new_tokens), []).append(name)
     return list(groups.values())
 
 
@@ -179,7 +194,7 @@ def evaluate_together(cfg: Config, method: str, benchmarks: dict[str, CodeBenchm
     task_prompts = {(name, tid): encode_prompt(tokenizer, m, continue_final=first.continue_final)
                     for name, bench in benchmarks.items() for tid, m in bench.messages.items()}
     prompts = [task_prompts[row] for row in rows]
-    params = dataclasses.replace(sampling_params(cfg, cfg.eval.max_new_tokens), stop=first.stop)
+    params = dataclasses.replace(sampling_params(cfg, first.max_new_tokens), stop=first.stop)
     start = time.perf_counter()
     share = process_share(len(prompts))
     mine = backend.generate([prompts[i] for i in share], params, seed=process_seed(cfg.seed, state.process_index))
@@ -189,10 +204,11 @@ def evaluate_together(cfg: Config, method: str, benchmarks: dict[str, CodeBenchm
         return None
     per_task_context = context.pop("per_task", {})
     completions = {name: {tid: [] for tid in bench.messages} for name, bench in benchmarks.items()}
-    generated = dict.fromkeys(benchmarks, 0)
+    generated, capped = dict.fromkeys(benchmarks, 0), dict.fromkeys(benchmarks, 0)
     for (name, tid), out in zip(rows, outputs):
         completions[name][tid].append(benchmarks[name].keep(tokenizer.decode(out.token_ids, skip_special_tokens=True)))
         generated[name] += len(out.token_ids)
+        capped[name] += not out.stopped
     results = {}
     for name, bench in benchmarks.items():
         start = time.perf_counter()
@@ -201,7 +217,8 @@ def evaluate_together(cfg: Config, method: str, benchmarks: dict[str, CodeBenchm
         summary = {k: v for k, v in scored.items() if k != "per_task"}
         summary.update({"benchmark": name, "method": method, **context, "profile": cfg.profile, "seed": cfg.seed,
                         "protocol": bench.protocol, "task_limit": cfg.eval.task_limit,
-                        "max_new_tokens": cfg.eval.max_new_tokens, "generated_tokens": generated[name],
+                        "max_new_tokens": bench.max_new_tokens, "capped_outputs": capped[name],
+                        "generated_tokens": generated[name],
                         "sampled_together": list(benchmarks), "sampling_s": round(sampling_s, 1),
                         "scoring_s": round(scoring_s, 1)})
         results[name] = {"summary": summary, "per_task": {

@@ -33,12 +33,14 @@ from pipelines.common import (
     DOMAINS,
     METHOD_ARG,
     parse_args,
+    replacing,
     run_stage,
     stage_name,
     trained_policy,
     write_json,
     write_metrics,
 )
+from pipelines.domains.agentic import check_sandbox
 
 SCORE_KEYS = ("score", "score_ci_low", "score_ci_high", "n_tasks")
 """What DVC shows per benchmark (score 0-100 with its 95% CI); behaviour and timings are in the results files."""
@@ -167,6 +169,8 @@ def run(cfg: Config, method: str, model_dir: Callable[[], Path], wrap: Wrap | No
     domain = DOMAINS["agentic"]
     a = cfg.agentic
     stage = stage_name("eval", "agentic", method)
+    if "envscaler" in a.benchmarks:  # before any work: the EnvScaler worker can run its environments
+        check_sandbox()
     device()  # the process state: this process's rank among the launched ones
     state = PartialState()
     with Tracker(cfg, stage) as tracker:
@@ -200,27 +204,27 @@ def run(cfg: Config, method: str, model_dir: Callable[[], Path], wrap: Wrap | No
                                     environment, state)
                 shared = {"wall_s": round(time.perf_counter() - start, 1), "played_together": together}
                 played.update({name: (trajectories[name], shared) for name in together})
-        scores = {}
-        for name in a.benchmarks:
-            summary = {"method": method, **context, "benchmark": name, "profile": cfg.profile, "seed": cfg.seed,
-                       "task_limit": a.task_limit, "tool_call_format": a.tool_call_format}
-            if name in notes:
-                summary.update({"note": notes[name], "n_tasks": 0})
-                trajectories = []
-            else:
-                trajectories, shared = played[name]
-                bench = benches[name]
-                summary.update({"data": bench.source, "max_steps": bench.max_steps, **summarise(trajectories),
-                                **shared})
-            if not state.is_main_process:
-                continue
-            results_path = domain.results / "eval" / method / f"{name}.json"
-            write_json(results_path, {"summary": summary, "episodes": [episode_record(t) for t in trajectories]})
-            tracker.log_metrics({f"{name}.{k}": v for k, v in summary.items() if isinstance(v, (int, float))})
-            scores[name] = {k: summary[k] for k in SCORE_KEYS if k in summary}
-            print(f"{method} on {name}: {summary.get('score', summary.get('note'))}", flush=True)
-        if not state.is_main_process:
+        if not state.is_main_process:  # every process played its share; process 0 writes
             return
+        scores = {}
+        with replacing(domain.results / "eval" / method) as (folder,):  # whole: no other run's benchmark stays
+            folder.mkdir()
+            for name in a.benchmarks:
+                summary = {"method": method, **context, "benchmark": name, "profile": cfg.profile, "seed": cfg.seed,
+                           "task_limit": a.task_limit, "tool_call_format": a.tool_call_format}
+                if name in notes:
+                    summary.update({"note": notes[name], "n_tasks": 0})
+                    trajectories = []
+                else:
+                    trajectories, shared = played[name]
+                    bench = benches[name]
+                    summary.update({"data": bench.source, "max_steps": bench.max_steps, **summarise(trajectories),
+                                    **shared})
+                write_json(folder / f"{name}.json",
+                           {"summary": summary, "episodes": [episode_record(t) for t in trajectories]})
+                tracker.log_metrics({f"{name}.{k}": v for k, v in summary.items() if isinstance(v, (int, float))})
+                scores[name] = {k: summary[k] for k in SCORE_KEYS if k in summary}
+                print(f"{method} on {name}: {summary.get('score', summary.get('note'))}", flush=True)
         path = domain.metrics / "eval" / f"{method}.json"
         tracker.log_to_parent(write_metrics(path, stage, scores))  # the run has them above, benchmark by benchmark
         tracker.log_artifact(path)

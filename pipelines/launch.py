@@ -18,6 +18,7 @@ import socket
 import sys
 
 from lopd.core.config import REPO_ROOT, ConfigError, LaunchConfig, load_config, process_split_error
+from pipelines.restore import naming_restore
 
 MULTI_PROCESS = ("train", "validate_base", "build_bank", "cold_start", "evaluate", "evaluate_agentic",
                  "evaluate_base_composer", "evaluate_agentic_base_composer", "learn_race")
@@ -90,4 +91,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with naming_restore():  # its errors too, under DVC, name how to put back what DVC deleted
+        main()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import shutil
 import sys
-import time
 
 from accelerate import PartialState
 
@@ -31,6 +30,7 @@ from pipelines.common import (
     LEARN_SELECTION,
     PLOTS_DIR,
     build_method,
+    check_sandbox,
     check_writable,
     parse_args,
     replacing,
@@ -91,6 +91,7 @@ def held_in_tasks(tasks: list[Task], held_in: list[str]) -> list[Task]:
 def main() -> None:
     args, cfg = parse_args(__doc__, run={"required": True, "help": "the run's name in learn.runs, e.g. grpo_seed1"})
     check_backend(cfg, BASE_MODEL_DIR)  # before any work: the rollout engine can run this model
+    check_sandbox("code")  # and the sandbox can score code
     run_cfg = race_config(cfg, args.run)
     spec = cfg.learn.runs[args.run]
     method = build_method(spec.method, run_cfg)
@@ -106,7 +107,6 @@ def main() -> None:
         held_in = held_in_tasks(tasks, selection["held_in"])
         reads = method.inputs
         method.inputs = lambda: [*reads(), LEARN_SELECTION]  # another selection: a checkpoint to start afresh from
-        start = time.perf_counter()
         try:
             result = train(run_cfg, method, held_in, collect, BASE_MODEL_DIR, checkpoint, tracker,
                            stage_modules("pipelines.learn_race", domain="code"), held_in,
@@ -119,7 +119,7 @@ def main() -> None:
         history, points = result["history"], result["validation"]
         row = race_row(points, history, [])
         summary = {**{k: v for k, v in row.items() if k != "call"}, "call": CALLS[row["call"]], "seed": spec.seed,
-                   "lr": method.lr(run_cfg), "wall_s": round(time.perf_counter() - start, 1)}
+                   "lr": method.lr(run_cfg), "wall_s": round(result["elapsed_s"], 1)}
         with replacing(*outputs) as (points_file, history_file, metrics_file):
             write_history(points_file, points)
             write_history(history_file, history)

@@ -23,6 +23,7 @@ from pipelines.common import (
     BASE_MODEL_DIR,
     LEARN_DIR,
     LEARN_SELECTION,
+    check_sandbox,
     parse_args,
     record_metrics,
     run_stage,
@@ -34,6 +35,7 @@ from pipelines.common import (
 def main() -> None:
     args, cfg = parse_args(__doc__)
     check_backend(cfg, BASE_MODEL_DIR)  # before any work: the rollout engine can run this model
+    check_sandbox("code")  # and the sandbox can score code
     learn = cfg.learn
     with Tracker(cfg, "learn_select") as tracker, training_domain(cfg, "code") as (tasks, collect, source, _):
         start = time.perf_counter()

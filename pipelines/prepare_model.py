@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 import time
 
+from safetensors import SafetensorError
+
 from lopd.core.config import resolve_model
 from lopd.core.jsonl import read_json
 from lopd.core.models import CONVERSION_CHECK_FILE, prepare_base_model
@@ -22,6 +24,9 @@ def main() -> None:
             prepare_base_model(resolve_model(cfg.model.name), BASE_MODEL_DIR, seed=cfg.seed)
         except (OSError, ValueError) as err:
             sys.exit(f"error: model {cfg.model.name!r}: {' '.join(str(err).split())}")
+        except SafetensorError as err:  # how safetensors says a write failed (a full disk, a file-size limit)
+            sys.exit(f"error: {BASE_MODEL_DIR}: cannot save model {cfg.model.name!r} ({type(err).__name__}: "
+                     f"{str(err).splitlines()[0]}); the previous model, if any, is kept")
         metrics = {"wall_s": round(time.perf_counter() - start, 1)}
         if (check := BASE_MODEL_DIR / CONVERSION_CHECK_FILE).exists():
             metrics["max_abs_logit_diff"] = read_json(check)["max_abs_logit_diff"]

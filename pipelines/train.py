@@ -5,7 +5,6 @@ Writes the run's summary metrics, its per-step history (a DVC plot) and a PNG of
 from __future__ import annotations
 
 import sys
-import time
 from statistics import mean
 
 import numpy as np
@@ -25,6 +24,7 @@ from pipelines.common import (
     base_validation_file,
     base_validation_step0,
     build_method,
+    check_sandbox,
     check_writable,
     for_domain,
     parse_args,
@@ -61,6 +61,7 @@ def train_summary(history: list[dict], validation: list[dict]) -> dict[str, floa
 def main() -> None:
     args, cfg = parse_args(__doc__, method=METHOD_ARG, domain=DOMAIN_ARG)
     check_backend(cfg, BASE_MODEL_DIR)  # before any work: the rollout engine can run this model
+    check_sandbox(args.domain)  # and the sandbox can score the domain
     cfg, domain = for_domain(cfg, args.domain), DOMAINS[args.domain]
     method = build_method(args.method, cfg, args.domain)
     stage = stage_name("train", args.domain, method.name)
@@ -70,7 +71,6 @@ def main() -> None:
     check_writable([*outputs, domain.checkpoints / method.name])  # before the checkpoint is replaced
     with (Tracker(cfg, stage, system_metrics=True, resumable=True) as tracker,
           training_domain(cfg, args.domain) as (tasks, collect, source, validation)):
-        start = time.perf_counter()
         try:
             validates = bool(validation) and method.trains
             step0 = base_validation_step0(cfg, validation, PartialState().num_processes) if validates else None
@@ -85,7 +85,7 @@ def main() -> None:
             return
         history, validated = result["history"], result["validation"]
         summary = {**train_summary(history, validated), "n_train_tasks": len(tasks),
-                   "wall_s": round(time.perf_counter() - start, 1)}
+                   "wall_s": round(result["elapsed_s"], 1)}  # a resumed run's counts the time before the resume
         with replacing(*outputs) as (history_file, validation_file, figure_file, metrics_file):
             write_history(history_file, history)
             write_history(validation_file, validated)

@@ -21,6 +21,7 @@ from pipelines.common import (
     DOMAINS,
     base_validation_file,
     base_validation_measurement,
+    check_sandbox,
     check_writable,
     parse_args,
     record_metrics,
@@ -33,6 +34,7 @@ from pipelines.common import (
 def main() -> None:
     args, cfg = parse_args(__doc__)
     check_backend(cfg, BASE_MODEL_DIR)  # before any work: the rollout engine can run this model
+    check_sandbox("code")  # and the sandbox can score code
     out, metrics = base_validation_file(), DOMAINS["code"].metrics / "validation_base.json"
     check_writable([out, metrics])
     accelerator = Accelerator(cpu=device().type == "cpu")

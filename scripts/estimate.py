@@ -2,21 +2,21 @@
 a machine, before a long run, and of the learning race (`make learn`).
 
 Every rate is a benchmark's, from reports/perf/ (never a recorded stage time: those are the check, `--check`):
-- profile_rollouts.json (scripts/bench_profile_rollouts.py): one training step's rollouts, one validation point and
-  each code benchmark's first tasks at the profile's own settings on its model and engine, scored: their effective
+- profile_rollouts.json (scripts/bench/bench_profile_rollouts.py): one training step's rollouts, one validation point
+  and each code benchmark's first tasks at the profile's own settings on its model and engine, scored: their effective
   tokens/s (long tails included) and mean lengths; the agentic episodes as each stage plays them (a training step in
   groups, one per task, the bank's batch; AGENTIC_PLAYS): their seconds, steps, tokens and sequence length, and the
   bank's successes;
 - rollout.json (`make bench-rollout`): the engine's prompt prefill and multi-turn rates (agentic episodes);
 - lopd_step.json: a whole GRPO and LOPD update per trained action token (the first update of a process, less its
-  first AdamW step) and the passes of LOPD's teacher and composer; composer.json (scripts/bench_composer.py): composing
-  an evaluation task's latent context (Base + Composer) and the cold start's step, NLL measurement and anchors;
-  cpu.json (`make bench`): an AdamW step, the first and a later one; agentic_update.json: updates on agentic
+  first AdamW step) and the passes of LOPD's teacher and composer; composer.json (scripts/bench/bench_composer.py):
+  composing an evaluation task's latent context (Base + Composer) and the cold start's step, NLL measurement and
+  anchors; cpu.json (`make bench`): an AdamW step, the first and a later one; agentic_update.json: updates on agentic
   episodes (per sequence token; LOPD's at a text teacher's cost where the bank is expected empty); tool_calls.json:
   agentic success; stage_startup.json: a stage's start-up and the rollout engine's, which every stage that samples
-  pays once; agentic_eval.json (scripts/bench_agentic_eval.py): an agentic evaluation's seconds per episode, its
+  pays once; agentic_eval.json (scripts/bench/bench_agentic_eval.py): an agentic evaluation's seconds per episode, its
   benchmarks played together as the stage plays them (where the profile has one; else from the episode lengths and
-  the training rate); malloc.json (scripts/bench_malloc.py): sampling and updates with glibc's heap against its
+  the training rate); malloc.json (scripts/bench/bench_malloc.py): sampling and updates with glibc's heap against its
   default mappings, which scales a benchmark that recorded (`malloc`) another mode than the one priced (the stages'
   heap; a recorded run's own mode for --check) by the kind of work it timed;
 - on a GPU (GPU=h100|h200), gpu.json from `make bench-gpu` on that GPU: the CPU's sampling rates are scaled by the
@@ -27,15 +27,15 @@ plus each update's trained action tokens x its measured seconds per token, plus 
 once a stage: it allocates AdamW's state). A step whose rollouts carry no gradient costs its optimizer step. The work
 is counted from the profile's config and its data; every assumption is printed. GPUS=N processes split each stage's
 rollouts and updates evenly (the launcher's data parallelism); start-up does not shrink.
-`--check` compares the estimate with a recorded default run (`--record`, by default
-reports/perf/default_run_wall_time.json: the cpu profile on this project's 2-core machine) per domain (a domain whose
-stages the record lacks is n/a, and is compared over the stages it has: a re-recording in progress), and writes
-reports/perf/estimate_check.json; like with like: the params that run ran, from the rates of the sampler it sampled
-with (profile_rollouts.json measures both CPU samplers side by side), and again at the recording machine's speed: per
-domain, work timed on the benchmarks' machine and in the record (code: a first GRPO batch as long as the benchmark's
-training step, other tasks; agentic: the base model's evaluation, its benchmarks played together), or the same work
-timed on both machines where `--record-rollouts` gives that machine's profile_rollouts (its training steps, code and
-agentic); its updates at the same speed as on the benchmarks' machine through the record's path, unless `--record-cpu`
+`--check` compares the estimate with a recorded default run (`--record`, by default CHECK_RECORD: the newest record of
+today's code timed on one machine) per domain (a domain whose stages the record lacks is n/a, and is compared over the
+stages it has: a re-recording in progress), and writes reports/perf/estimate_check.<the record's name>.json; like with
+like: the params that run ran, from the rates of the sampler it sampled with (profile_rollouts.json measures both CPU
+samplers side by side), and again at the recording machine's speed: per domain, work timed on the benchmarks' machine
+and in the record (code: a first GRPO batch as long as the benchmark's training step, other tasks; agentic: the base
+model's evaluation, its benchmarks played together), or the same work timed on both machines where `--record-rollouts`
+gives that machine's profile_rollouts (its training steps, code and agentic; CHECK_RECORD's is profile_rollouts.json
+itself); its updates at the same speed as on the benchmarks' machine through the record's path, unless `--record-cpu`
 gives that machine's `make bench` (cpu.json's update and AdamW step, timed on both).
 Run: python scripts/estimate.py [--profile cpu] [--gpus 1] [--gpu cpu|h100|h200]
                                 [--check [--record FILE] [--record-cpu FILE] [--record-rollouts FILE]]
@@ -70,8 +70,12 @@ CHECK_TOLERANCE = 0.25
 SAME_WORK_TOKENS = 0.02
 """Two machines sampled the same work where the same tasks and seeds sampled this close a token count: their float
 rounding differs by CPU kind, which can flip a sampled token and so a continuation."""
-RECORD = PERF / "default_run_wall_time.json"
-"""The recorded default run `--check` compares with (scripts/wall_time.py writes it)."""
+CHECK_RECORD = PERF / "default_run_wall_time.2026-12-04-tool-use.json"
+"""The record `--check` compares with by default: the newest of today's code timed on one machine (scripts/wall_time.py;
+8 tool-use stages run on the benchmarks' machine in the session that measured profile_rollouts.json). Older records,
+e.g. the first complete one (default_run_wall_time.json, 2026-11-26, another sampler), are checked with `--record`."""
+CHECK_RECORD_ROLLOUTS = PERF / "profile_rollouts.json"
+"""CHECK_RECORD's machine's `--record-rollouts`: that record was timed in the session that measured this file."""
 
 
 def read(name: str) -> dict:
@@ -194,7 +198,7 @@ MALLOC_USES = {"profile_rollouts.json": ("call", "step"), "rollout.json": ("step
 
 def malloc_factors(measured: str, target: str) -> dict[str, float]:
     """How many times as long each kind of work (`MALLOC_KINDS`) takes with glibc's `target` mode as with the
-    `measured` one: malloc.json's ratios (scripts/bench_malloc.py: heap over mapped, timed side by side)."""
+    `measured` one: malloc.json's ratios (scripts/bench/bench_malloc.py: heap over mapped, timed side by side)."""
     if measured == target:
         return {kind: 1.0 for kind in MALLOC_KINDS}
     ratios = read("malloc.json")["heap_over_mapped"]
@@ -209,7 +213,8 @@ def sampled_parts(entry: dict, sampler: str | None) -> dict:
         return entry
     if sampler not in entry:
         sys.exit(f"error: reports/perf/profile_rollouts.json: profile {entry['profile']} has no rates measured with "
-                 f"the {sampler} sampler (run python scripts/bench_profile_rollouts.py --profile {entry['profile']})")
+                 f"the {sampler} sampler (run python scripts/bench/bench_profile_rollouts.py --profile "
+                 f"{entry['profile']})")
     return entry[sampler]
 
 
@@ -227,12 +232,12 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
     measured = profiles.get(cfg.profile)
     if measured is None and (mean_tokens is None or eval_mean_tokens is None):
         sys.exit(f"error: reports/perf/profile_rollouts.json: no entry for profile {cfg.profile} (run python "
-                 f"scripts/bench_profile_rollouts.py --profile {cfg.profile}, or give --mean-tokens and "
+                 f"scripts/bench/bench_profile_rollouts.py --profile {cfg.profile}, or give --mean-tokens and "
                  f"--eval-mean-tokens)")
     model = cfg.model.name if cfg.model.name in step_file["models"] else None
     if model is None and not on_gpu:
         sys.exit(f"error: reports/perf/lopd_step.json: no entry for {cfg.model.name} "
-                 "(python scripts/bench_lopd_step.py)")
+                 "(python scripts/bench/bench_lopd_step.py)")
     model = model or "qwen2.5-coder-0.5b"  # on a GPU only its passes' ratios to the student's are used
     entry = profiles.get(cfg.profile) or profiles["cpu"]  # rates of the engine on this CPU
     base, used = sampled_parts(entry, sampler), sampler or entry.get("sampler")  # an engine on CUDA names none
@@ -243,14 +248,14 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
     first_update = {kind: step[f"{kind}_update_s"] - adamw["first_step_s"] for kind in ("grpo", "lopd")}
     if not isinstance(startup.get("engine_start_s"), (int, float)):
         sys.exit("error: reports/perf/stage_startup.json: engine_start_s is "
-                 f"{startup.get('engine_start_s', 'missing')} (python scripts/bench_stage_startup.py on a machine with "
-                 "vLLM and models/base)")
+                 f"{startup.get('engine_start_s', 'missing')} (python scripts/bench/bench_stage_startup.py on a "
+                 "machine with vLLM and models/base)")
     if latent["model"] != model:
         sys.exit(f"error: reports/perf/composer.json: measured on {latent['model']}, not {model} "
-                 "(python scripts/bench_composer.py)")
+                 "(python scripts/bench/bench_composer.py)")
     if agentic.get("model") != model:  # a file without the key predates it: the cpu profile's SmolLM2-135M then
         sys.exit(f"error: reports/perf/agentic_update.json: measured on {agentic.get('model', 'an unnamed model')}, "
-                 f"not {model} (python scripts/bench_agentic_update.py)")
+                 f"not {model} (python scripts/bench/bench_agentic_update.py)")
     step_matmul = step_file["models"][model].get("cpu_matmul", UNNAMED_MATMUL)
     target = matmul or step_matmul
     variants = {kind: agentic["variants"][f"{kind}:on"] for kind in ("grpo", "lopd")}
@@ -445,10 +450,11 @@ def episodes(cfg: Config) -> Episodes:
     played = entry.get("agentic_train_step")
     if played is None:
         sys.exit(f"error: reports/perf/profile_rollouts.json: no agentic_train_step for profile {cfg.profile} (run "
-                 f"python scripts/bench_profile_rollouts.py --profile {cfg.profile} --parts agentic)")
+                 f"python scripts/bench/bench_profile_rollouts.py --profile {cfg.profile} --parts agentic)")
     if "bank_successes" not in played:
         sys.exit(f"error: reports/perf/profile_rollouts.json: the agentic_train_step of profile {cfg.profile} has no "
-                 f"bank_successes (python scripts/bench_profile_rollouts.py --profile {cfg.profile} --parts agentic)")
+                 f"bank_successes (python scripts/bench/bench_profile_rollouts.py --profile {cfg.profile} "
+                 "--parts agentic)")
     ended = read("tool_calls.json")["episodes"]["ended"]
     banked, which = (entry["agentic_bank_batch"], "bank") if "agentic_bank_batch" in entry else (played, "training")
     return Episodes(played["mean_steps"], played["mean_step_tokens"], played["mean_first_context_tokens"],
@@ -631,7 +637,7 @@ def display(path: Path) -> str:
     return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
 
 
-def recorded_run(path: Path = RECORD) -> dict:
+def recorded_run(path: Path) -> dict:
     """A recorded run's stage times (an output of scripts/wall_time.py)."""
     try:
         record = json.loads(Path(path).read_text())
@@ -702,7 +708,7 @@ def eval_play_ratio(bench: dict, summaries: list[dict]) -> dict | None:
 
 def machine_ratios(record: dict, profile: str, machine_rollouts: Path | None = None) -> dict[str, dict | str]:
     """Per domain, how much slower the benchmarks' machine sampled than the machine that recorded the run, with the
-    same sampler: given `machine_rollouts` (that machine's scripts/bench_profile_rollouts.py --parts train_step
+    same sampler: given `machine_rollouts` (that machine's scripts/bench/bench_profile_rollouts.py --parts train_step
     agentic), the same work timed on both (`rollout_ratios`); else from the record, code: profile_rollouts.json's
     training step against the recorded GRPO run's first step (plots/train/grpo.json), other tasks (the benchmark takes
     the first training tasks, the loop a seeded permutation's) and so only where the two are as long (mean tokens
@@ -781,7 +787,7 @@ def rollout_ratios(machine_rollouts: Path, profile: str) -> dict[str, dict | str
     except (OSError, ValueError, KeyError, TypeError) as err:
         missing, there = [f"its {profile} profile ({type(err).__name__}: {err})"], {}
     if missing:
-        sys.exit(f"error: --record-rollouts {machine_rollouts}: no {', '.join(missing)} (scripts/"
+        sys.exit(f"error: --record-rollouts {machine_rollouts}: no {', '.join(missing)} (scripts/bench/"
                  f"bench_profile_rollouts.py --profile {profile} --parts train_step agentic --out FILE)")
     here = read("profile_rollouts.json")[profile]
     if there["sampler"] != here.get("sampler", UNNAMED_SAMPLER):
@@ -852,13 +858,13 @@ def at_speed(costs: Costs, factor: float, updates: dict | None = None) -> Costs:
 def update_ratios(machine_cpu: Path, matmul: str) -> dict:
     """How much slower the benchmarks' machine updates than the recording one, on the same work: cpu.json's update
     through the recorded run's float32 matmul path and its fused AdamW step against the same in `machine_cpu`, that
-    machine's `make bench` (scripts/bench_cpu.py --out)."""
+    machine's `make bench` (scripts/bench/bench_cpu.py --out)."""
     try:
         there = json.loads(machine_cpu.read_text())
         there_update, there_adamw = there["update"]["paths"][f"fp32_{matmul}"]["update_s"], there["adamw"]["fused"]
     except (OSError, ValueError, KeyError, TypeError) as err:
         sys.exit(f"error: --record-cpu {machine_cpu}: no fp32_{matmul} update and fused AdamW step of "
-                 f"scripts/bench_cpu.py ({type(err).__name__}: {err})")
+                 f"scripts/bench/bench_cpu.py ({type(err).__name__}: {err})")
     here = read("cpu.json")
     here_update, here_adamw = here["update"]["paths"][f"fp32_{matmul}"]["update_s"], here["adamw"]["fused"]
     # the same work at the other machine's malloc mode (a file without the key measured mapped)
@@ -878,13 +884,14 @@ def main() -> None:
                                                           "profile_rollouts.json has not measured")
     parser.add_argument("--eval-mean-tokens", type=float, help="the same for an evaluation completion")
     parser.add_argument("--check", action="store_true", help="compare with the recorded default run")
-    parser.add_argument("--record", type=Path, default=RECORD,
-                        help="the recorded run --check compares with (an output of scripts/wall_time.py)")
-    parser.add_argument("--record-cpu", type=Path, help="the recording machine's `make bench` (scripts/bench_cpu.py "
-                        "--out): --check's updates at that machine's speed")
+    parser.add_argument("--record", type=Path, default=CHECK_RECORD,
+                        help="the recorded run --check compares with (an output of scripts/wall_time.py; default: "
+                             f"{display(CHECK_RECORD)}, the newest of today's code timed on one machine)")
+    parser.add_argument("--record-cpu", type=Path, help="the recording machine's `make bench` (scripts/bench/"
+                        "bench_cpu.py --out): --check's updates at that machine's speed")
     parser.add_argument("--record-rollouts", type=Path, help="the recording machine's scripts/"
-                        "bench_profile_rollouts.py --parts train_step agentic --out FILE: --check's sampling speed "
-                        "from the same work")
+                        "bench/bench_profile_rollouts.py --parts train_step agentic --out FILE: --check's sampling "
+                        "speed from the same work (the default --record's: profile_rollouts.json)")
     args = parser.parse_args()
     if args.gpus < 1:
         sys.exit("error: --gpus: must be >= 1")
@@ -921,7 +928,9 @@ def main() -> None:
         result = {**check(estimate(ran, as_recorded, args.gpus)[0], record), "record": display(args.record),
                   "sampler": sampler, "cpu_matmul": matmul, "malloc": malloc,
                   "validation_tasks": ran.data.validation_tasks}
-        machine = machine_ratios(record, cfg.profile, args.record_rollouts)
+        default_pair = args.record.resolve() == CHECK_RECORD.resolve()  # timed where and when the benchmarks were
+        machine = machine_ratios(record, cfg.profile,
+                                 args.record_rollouts or (CHECK_RECORD_ROLLOUTS if default_pair else None))
         result["machine"] = machine
         updates = update_ratios(args.record_cpu, matmul) if args.record_cpu else (
             f"n/a: no --record-cpu; updates at the benchmarks' machine's rates through {matmul}")
@@ -936,9 +945,7 @@ def main() -> None:
         result["recorded_stages_at_recorded_machine_speed"] = {
             domain: c["recorded_stages"][domain] for domain, c in at_machine_speed.items()
             if domain in c["recorded_stages"]}
-        # the committed record's check is estimate_check.json; another record's is named after it
-        committed = args.record.resolve() == RECORD
-        out = PERF / ("estimate_check.json" if committed else f"estimate_check.{args.record.stem}.json")
+        out = PERF / f"estimate_check.{args.record.stem}.json"
         out.write_text(json.dumps(result, indent=2) + "\n")
         print(f"check against {display(args.record)}: the recorded run's params ({ran.data.validation_tasks} "
               f"validation tasks), from the rates of its sampler ({sampler}), float32 matmul path ({matmul}) and "
@@ -969,7 +976,7 @@ def main() -> None:
               f"cpu.json's update {updates['bench_update_s']} s on the benchmarks' machine, "
               f"{updates['recorded_machine_update_s']} s in {updates['file']} (x{updates['ratio']}; AdamW's step "
               f"x{updates['adamw_ratio']})"))
-        print(f"wrote {out.relative_to(REPO)}")
+        print(f"wrote {display(out)}")
 
 if __name__ == "__main__":
     main()

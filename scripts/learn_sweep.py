@@ -41,12 +41,14 @@ from evaluation.sweeps import experiments  # noqa: E402
 from evaluation.tables import Table, to_csv, to_markdown  # noqa: E402
 from lopd.core import registry  # noqa: E402
 from lopd.core.config import ConfigError, load_config  # noqa: E402
+from pipelines.dag import race_params  # noqa: E402
 
 SETTINGS = {"lr": float, "steps": int}
 """The run settings (LearnRun's fields), with their types; a sweep varies one of them or a numeric or true/false
 param."""
 STAGE_PARAMS = ("margin", "latent_tokens", "n_ret", "composer", "bank")
-"""Params a race run's stage reads beside its method's own section (pipelines/learn/dvc.yaml) that a sweep may vary."""
+"""Params beside a method's own section that a sweep may vary, where the run's stage reads them (pipelines/learn/
+dvc.yaml: its method's, e.g. LOPD's margin, not GRPO's)."""
 MEASUREMENT = ("eval_samples", "eval_every")
 """The learn settings `--measure` may fix for a whole sweep: how the held-in reward is measured, not what trains."""
 COLUMNS = (("lr", "lr"), ("rollouts", "Rollouts"), ("start", "Held-in, step 0"),
@@ -159,9 +161,10 @@ def setting_type(params: dict[str, Any], run: str, setting: str) -> type:
     if setting in SETTINGS:
         return SETTINGS[setting]
     method = params["learn"]["runs"][run]["method"]
-    if setting.split(".")[0] not in (method, *STAGE_PARAMS):
+    reads = [key for key in race_params(run) if key.split(".")[0] in (method, *STAGE_PARAMS)]
+    if not any(setting == key or setting.startswith(f"{key}.") for key in reads):
         raise ValueError(f"{setting}: a run setting ({', '.join(SETTINGS)}) or a param of the run's stage "
-                         f"({method}.<key>, {', '.join(STAGE_PARAMS)})")
+                         f"({', '.join(f'{key}.<key>' if key == method else key for key in reads)})")
     try:
         value = param(params, setting)
     except (KeyError, TypeError):

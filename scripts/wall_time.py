@@ -11,8 +11,8 @@ cache) is listed as missing and the total is then a lower bound, as the file say
 MLflow's store lives on the machine (~/.cache/lopd-suite), so a recording spread over sessions on fresh machines
 keeps each session's stages in a file of its own (`--out`) and the last session sums them: `--merge FILE...` fills a
 stage this machine has no run for from those files (the newest `finished` wins), and the entry says which file.
-Each stage names the CPU it ran on (`machine`): `make estimate --check` lists a domain's stages that ran on another
-CPU than the one its speed ratio was measured on.
+Each stage names the CPU it ran on (`machine`): `scripts/estimate.py --check` lists a domain's stages that ran on
+another CPU than the one its speed ratio was measured on.
 
 `--since TIME` keeps the runs started then or later: a re-timing of some stages, apart from older runs of the others.
 
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
     result = merge_earlier(here, earlier, stages)
     store = uri.replace(str(Path.home()), "~")  # the file is committed: no machine's absolute path in it
     result = {"experiment": experiment, "cpus": os.cpu_count(), "written": datetime.now().isoformat(timespec="seconds"),
-              "sampler": CPU_SAMPLER,  # the CPU engine's, on the code that recorded the run (`make estimate --check`)
+              "sampler": CPU_SAMPLER,  # the CPU engine's, on the code that recorded the run (estimate.py --check)
               "cpu_matmul": use_cpu_matmul(load_config().model.cpu_matmul),  # the updates' path on this machine (same)
               "malloc": stage_malloc_mode(),  # how glibc served the stages' tensors (same)
               "note": ("every stage's newest finished workspace run" if result["complete"] else

@@ -52,12 +52,12 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def load_script():
-    """`load_script(name)`: scripts/<name>.py as a module (scripts/ is not a package: they run as
-    `python scripts/<name>.py`)."""
+    """`load_script(name)`: scripts/<name>.py as a module, e.g. "compare" or "bench/bench_cpu" (scripts/ is not a
+    package: they run as `python scripts/<name>.py`)."""
     from lopd.core.config import REPO_ROOT
 
     def load(name: str):
-        spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "scripts" / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(Path(name).name, REPO_ROOT / "scripts" / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module

@@ -1,4 +1,5 @@
-"""scripts/bench_gpu.py at tiny size on the CPU: every engine and update of the GPU benchmark runs (code paths)."""
+"""scripts/bench/bench_gpu.py at tiny size on the CPU: every engine and update of the GPU benchmark runs (code
+paths)."""
 
 import importlib.util
 import json
@@ -13,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_bench_gpu_runs_every_part_at_tiny_size(tmp_path):
     out = tmp_path / "gpu.json"
-    proc = python(["scripts/bench_gpu.py", "--size", "tiny", "--out", out], cwd=REPO)
+    proc = python(["scripts/bench/bench_gpu.py", "--size", "tiny", "--out", out], cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())
     assert [r["architecture"] for r in result["rollout"]] == ["qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b", "qwen3-4b"]
@@ -32,7 +33,7 @@ def test_bench_gpu_runs_every_part_at_tiny_size(tmp_path):
 
 
 def test_bench_gpu_refuses_real_sizes_without_cuda(monkeypatch):
-    spec = importlib.util.spec_from_file_location("bench_gpu", REPO / "scripts" / "bench_gpu.py")
+    spec = importlib.util.spec_from_file_location("bench_gpu", REPO / "scripts" / "bench" / "bench_gpu.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     monkeypatch.setattr(sys, "argv", ["bench_gpu.py"])

@@ -1,5 +1,5 @@
-"""The benchmark and diagnostic scripts (scripts/bench_*.py, tool_call_rate.py, teacher_openings.py): they stop as the
-stages do when an input is missing, and their arithmetic is checked by hand or against a brute-force count."""
+"""The benchmark and diagnostic scripts (scripts/bench/: bench_*.py, tool_call_rate.py, teacher_openings.py): they stop
+as the stages do when an input is missing, and their arithmetic is checked by hand or against a brute-force count."""
 
 import json
 import math
@@ -18,7 +18,7 @@ def test_a_benchmark_without_its_model_is_a_one_line_error(tmp_path):
     """The perf scripts stop as the stages do: one line naming the missing folder and the stage that builds it."""
     missing = tmp_path / "no-model"
     for script in ("bench_rollout.py", "bench_cpu.py", "tool_call_rate.py"):
-        done = python([REPO / "scripts" / script, "--model-dir", missing], cwd=REPO)
+        done = python([REPO / "scripts" / "bench" / script, "--model-dir", missing], cwd=REPO)
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
         assert done.stderr.strip().splitlines()[-1] == (
             f"error: {missing}: model not found (for the base model run: dvc repro prepare_model)")
@@ -27,8 +27,8 @@ def test_a_benchmark_without_its_model_is_a_one_line_error(tmp_path):
 def test_the_malloc_benchmark_needs_an_update_after_the_first_before_any_work():
     """bench_malloc.py times the updates after the first (which allocates AdamW's state): fewer than 2 is one line,
     before a variant's process starts."""
-    done = python([REPO / "scripts" / "bench_malloc.py", "--updates", "1", "--out", "/nonexistent/malloc.json"],
-                  cwd=REPO)
+    done = python([REPO / "scripts" / "bench" / "bench_malloc.py", "--updates", "1",
+                   "--out", "/nonexistent/malloc.json"], cwd=REPO)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert done.stderr.strip().splitlines()[-1] == "error: --updates: must be >= 2 (the first allocates AdamW's state)"
 
@@ -37,7 +37,7 @@ def test_the_validation_benchmark_predicts_from_the_recorded_run(load_script):
     """bench_validation.py's prediction, against the arithmetic done by hand: the recorded run validated on 32 tasks
     at 60 s a point; 64 tasks cost 100 s a point here, on a machine half as fast as the recording one, and leave 8
     fewer training tasks for the bank (10 s each)."""
-    bench = load_script("bench_validation")
+    bench = load_script("bench/bench_validation")
     lock = {"stages": {"train@grpo": {"params": {"params.yaml": {"data": {"validation_tasks": 32}}}}}}
     assert bench.recorded_validation_tasks(lock) == 32
     recorded = {"total_s": 7200.0, "stages": {"build_bank": {"seconds": 400.0}, "train@grpo": {"seconds": 6800.0}}}
@@ -49,9 +49,10 @@ def test_the_validation_benchmark_predicts_from_the_recorded_run(load_script):
 
 
 def test_teacher_openings_sums_the_first_tokens_that_open_a_code_fence(load_script, tiny_model, tokenizer):
-    """scripts/teacher_openings.py: the fence tokens are those whose text starts with ``` (found here by decoding each
-    token id), and a prompt's opening mass is their share of the next-token distribution (summed one id at a time)."""
-    openings = load_script("teacher_openings")
+    """scripts/bench/teacher_openings.py: the fence tokens are those whose text starts with ``` (found here by decoding
+    each token id), and a prompt's opening mass is their share of the next-token distribution (summed one id at a
+    time)."""
+    openings = load_script("bench/teacher_openings")
     by_decoding = {i for i in range(len(tokenizer)) if tokenizer.decode([i]).lstrip().startswith("```")}
     assert set(openings.fence_ids(tokenizer)) == by_decoding and by_decoding
     prompt = tokenizer("def add(a, b):")["input_ids"]
@@ -63,20 +64,20 @@ def test_teacher_openings_sums_the_first_tokens_that_open_a_code_fence(load_scri
 
 
 def test_teacher_openings_scores_a_sampled_response_within_a_cut_only_where_it_ended_there(load_script):
-    """scripts/teacher_openings.py --samples: a response passes within a cut only if it ended on its own by then
+    """scripts/bench/teacher_openings.py --samples: a response passes within a cut only if it ended on its own by then
     (a capped response's test never ran whole); counted here response by response."""
-    openings = load_script("teacher_openings")
+    openings = load_script("bench/teacher_openings")
     lengths, stopped, rewards = [100, 300, 600, 1024, 256], [True, True, True, False, True], [1.0, 1.0, 0.0, 1.0, 1.0]
     stats = openings.response_stats(lengths, stopped, rewards, 1024)
     assert stats == {"mean tokens": 2280 / 5, "ended by 1024": 4 / 5, "pass (1024)": 4 / 5,
                      "pass (256)": 2 / 5, "pass (512)": 3 / 5}
 
 def test_the_cpu_benchmark_runs_each_path_this_cpu_has_and_compares_them(tiny_model_dir, tmp_path):
-    """scripts/bench_cpu.py on the tiny model: BLAS, oneDNN where this CPU takes it and bf16 where it has bf16
+    """scripts/bench/bench_cpu.py on the tiny model: BLAS, oneDNN where this CPU takes it and bf16 where it has bf16
     units: each path's first gradients against float64's, float32 paths to float32's rounding and bf16 only to
     bf16's; the fused AdamW takes the per-tensor loop's steps; the bounds are measured, not given."""
     out = tmp_path / "cpu.json"
-    done = python([REPO / "scripts" / "bench_cpu.py", "--model-dir", tiny_model_dir, "--batch", "4",
+    done = python([REPO / "scripts" / "bench" / "bench_cpu.py", "--model-dir", tiny_model_dir, "--batch", "4",
                    "--prompt-tokens", "8", "--response-tokens", "8", "--sections", "update", "adamw", "--out", out],
                   cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -134,11 +135,11 @@ class _CountingBackend:
 
 def test_the_agentic_evaluation_benchmark_plays_the_same_episodes_apart_and_together(load_script, tokenizer,
                                                                                       monkeypatch):
-    """scripts/bench_agentic_eval.py's measurement: two benchmarks of one step cap (3 and 2 episodes) played apart,
-    in two batches, and together, in one: the same episodes and tokens either way, each counted once."""
+    """scripts/bench/bench_agentic_eval.py's measurement: two benchmarks of one step cap (3 and 2 episodes) played
+    apart, in two batches, and together, in one: the same episodes and tokens either way, each counted once."""
     from evaluation.agentic.benchmarks import Benchmark
 
-    bench = load_script("bench_agentic_eval")
+    bench = load_script("bench/bench_agentic_eval")
     sizes = {"first": 3, "second": 2}
     monkeypatch.setattr(bench, "load_benchmark", lambda cfg, name, user: Benchmark(
         name, [(f"{name}{i}", _EndingEnv()) for i in range(sizes[name])], max_steps=3, source="test"))
@@ -164,7 +165,7 @@ def test_the_rollout_benchmark_plays_the_agentic_episodes_as_each_stage_does(loa
     from lopd.latent.bank import BANK_TASKS_PER_BATCH, bank_batch_seed
     from pipelines.common import for_domain
 
-    bench = load_script("bench_profile_rollouts")
+    bench = load_script("bench/bench_profile_rollouts")
     tasks = [f"task{i}" for i in range(40)]
     played = []
 
@@ -209,7 +210,7 @@ def test_the_composer_benchmark_counts_each_forward_calls_positions_and_not_the_
     it); its arithmetic by hand."""
     from lopd.core.models import load_model
 
-    bench = load_script("bench_composer")
+    bench = load_script("bench/bench_composer")
     model = load_model(tiny_model_dir)
     decoder = model.get_decoder()
     positions = []

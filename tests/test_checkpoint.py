@@ -50,14 +50,14 @@ def _work(out, base):
     return checkpoint.work_dir(out, checkpoint.fingerprint(cfg, GRPO(cfg, Domain.scratch("unused")), base))
 
 
-def _kill_at(monkeypatch, point, nth):
-    """Make the `nth` pass through crash point `point` raise Killed."""
+def _kill_at(monkeypatch, point, nth, error=Killed):
+    """Make the `nth` pass through crash point `point` raise `error` (a kill; OSError: a full disk)."""
     calls = Counter()
 
     def crash(name):
         calls[name] += 1
         if name == point and calls[name] == nth:
-            raise Killed(name)
+            raise error(name)
 
     monkeypatch.setattr(checkpoint, "_crash_point", crash)
 
@@ -181,8 +181,7 @@ def test_a_larger_budget_retrains_a_finished_run_from_the_start(tiny_model_dir, 
     shutil.copytree(reference, out)
     capsys.readouterr()
     result = _train(tiny_model_dir, out, steps=STEPS + 1)
-    assert (f"{out}: the checkpoint ends a finished {STEPS}-step run (no optimizer state kept to extend it); "
-            "starting fresh\n") in capsys.readouterr().out
+    assert "resuming" not in capsys.readouterr().out
     assert [h["step"] for h in result["history"]] == [1, 2, 3]
     assert _untimed(result["history"][:STEPS]) == _untimed(checkpoint.load(reference).state["history"])
 
@@ -293,14 +292,18 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_good_one(damage, messag
     assert sorted(p.name for p in out.iterdir()) == [checkpoint.MANIFEST, "step-000003"]
 
 
-def test_with_no_good_checkpoint_left_the_run_starts_fresh(reference, tiny_model_dir, tmp_path, capsys):
+def test_with_no_good_checkpoint_left_the_run_starts_fresh(interrupted, tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "grpo"
-    shutil.copytree(reference, out)
-    (out / checkpoint.step_name(STEPS) / checkpoint.TRAINER_STATE).write_bytes(b"")
-    _train(tiny_model_dir, out)
-    assert (f"{out}: manifest.json names step-000002, which is incomplete; no complete checkpoint to fall back to, "
-            "starting fresh\n") in capsys.readouterr().out
-    _assert_equals_reference(out, reference)  # a fresh run is the same run
+    work = _work(out, tiny_model_dir)
+    shutil.copytree(interrupted, work)
+    for step_dir in work.glob("step-*"):
+        (step_dir / checkpoint.TRAINER_STATE).write_bytes(b"")
+    capsys.readouterr()
+    result = _train(tiny_model_dir, out, steps=STEPS + 1)
+    printed = capsys.readouterr().out
+    assert (f"{work}: manifest.json names step-000002, which is incomplete; no complete checkpoint to fall back to, "
+            "starting fresh\n") in printed and "resuming" not in printed
+    assert [h["step"] for h in result["history"]] == [1, 2, 3]
 
 
 # --- the resume fingerprint ----------------------------------------------------------------------------------------
@@ -341,19 +344,63 @@ def test_the_code_closure_includes_the_train_stage_and_the_method():
     assert {"pipelines/train.py", "lopd/core/loop.py", "lopd/core/checkpoint.py", "baselines/grpo.py"} <= files
 
 
-def test_changed_code_starts_fresh_and_unchanged_code_resumes(reference, tiny_model_dir, tmp_path, monkeypatch,
-                                                              capsys):
+def test_a_forced_rerun_of_a_finished_run_trains_from_step_0(reference, tiny_model_dir, tmp_path, capsys):
+    """`dvc repro -f` (or `dvc exp run -f`) of a finished run: its checkpoint is there, of the same config, code and
+    inputs, and is not resumed. The run trains every step again, with its timings, and publishes the same bytes."""
     out = tmp_path / "grpo"
     shutil.copytree(reference, out)
-    assert _train(tiny_model_dir, out)["history"][-1]["step"] == STEPS  # nothing left to train
-    assert f"resuming grpo from step {STEPS}\n" in capsys.readouterr().out
+    capsys.readouterr()
+    result = _train(tiny_model_dir, out)
+    assert "resuming" not in capsys.readouterr().out
+    assert [h["step"] for h in result["history"]] == [1, 2] and all(h["time_update_s"] > 0 for h in result["history"])
+    assert _files(out) == _files(reference)
+    assert not (out.parent / checkpoint.RESUME).exists()
+
+
+def test_changed_code_does_not_resume_an_interrupted_run(interrupted, tiny_model_dir, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "grpo"
+    shutil.copytree(interrupted, _work(out, tiny_model_dir))
     real = provenance.source_files
     edited = tmp_path / "edited.py"
     edited.write_text("# a code change\n")
     monkeypatch.setattr(provenance, "source_files", lambda modules: [*real(modules), edited])
-    _train(tiny_model_dir, out)
-    assert f"{out}: code or inputs changed since the checkpoint; starting fresh\n" in capsys.readouterr().out
-    _assert_equals_reference(out, reference)
+    capsys.readouterr()
+    result = _train(tiny_model_dir, out, steps=STEPS + 1)
+    assert "resuming" not in capsys.readouterr().out
+    assert [h["step"] for h in result["history"]] == [1, 2, 3]
+
+
+def test_a_resumed_run_counts_the_training_time_before_the_interruption(interrupted, tiny_model_dir, tmp_path,
+                                                                         capsys):
+    """Each saved step holds the run's training time so far; a resumed run adds its own to it. A finished checkpoint
+    holds none (two runs of the same weights write the same bytes)."""
+    saved = [torch.load(interrupted / checkpoint.step_name(step) / checkpoint.TRAINER_STATE, weights_only=True)
+             for step in (1, 2)]
+    assert 0 < saved[0]["elapsed_s"] < saved[1]["elapsed_s"]
+    out = tmp_path / "grpo"
+    work = _work(out, tiny_model_dir)
+    shutil.copytree(interrupted, work)
+    state_path = work / checkpoint.step_name(2) / checkpoint.TRAINER_STATE
+    torch.save({**saved[1], "elapsed_s": 1000.0}, state_path)  # as if steps 1 and 2 had taken 1000 s
+    capsys.readouterr()
+    result = _train(tiny_model_dir, out, steps=STEPS + 1)
+    assert "resuming grpo from step 2\n" in capsys.readouterr().out
+    assert result["elapsed_s"] >= 1000.0
+    assert "elapsed_s" not in checkpoint.load(out).state
+
+
+@pytest.mark.parametrize("nth, kept", [(1, None), (STEPS, 1)])
+def test_a_failed_save_keeps_the_last_saved_step_and_a_failed_first_save_no_work_folder(nth, kept, tiny_model_dir,
+                                                                                        tmp_path, monkeypatch):
+    out = tmp_path / "grpo"
+    _kill_at(monkeypatch, "model_written", nth, error=OSError)  # e.g. the disk fills up as step `nth` is written
+    with pytest.raises(checkpoint.UnwritableOutput, match=f"cannot save step {nth} "):
+        _train(tiny_model_dir, out)
+    monkeypatch.undo()
+    if kept is None:
+        assert not (tmp_path / checkpoint.RESUME).exists()
+    else:
+        assert checkpoint.load(_work(out, tiny_model_dir)).step == kept
 
 
 def test_policy_dir_names_the_committed_weights_and_explains_a_missing_checkpoint(reference, tmp_path):

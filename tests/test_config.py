@@ -72,6 +72,7 @@ def test_paper_values_are_the_defaults():
     ({"train": {"rollouts_per_step": 30}}, "multiple of grpo.group_size"),
     ({"train": {"sharding": "fsdp"}}, "train.sharding: 'fsdp' is not ddp or fsdp2"),
     ({"eval": "fast"}, "eval: expected a mapping"),
+    ({"eval": {"max_new_tokens": 0}}, "eval.max_new_tokens: must be >= 1 or null"),
     ({"model": {"dtype": "bfloat16"}}, "unknown key 'model.dtype'"),  # master weights are always float32
     ({"margin": -0.1}, "margin: must be >= 0"),
     ({"margin": "big"}, "margin: expected a number"),

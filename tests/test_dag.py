@@ -2,9 +2,11 @@
 
 A stage's code is the static import closure (lopd.core.provenance) of its CLI module, the training domain's task
 module and the method's file (both imported by name; pipelines.dag.stage_code). DVC cannot vary a matrix stage's
-deps per member, so a code dep of `train@<name>` may be one that another member of the same matrix imports.
+deps per member, so a code dep of `train@<name>` may be one that another member of the same matrix imports; the
+learning race's `learn@<run>` lists exactly its own method's (its foreach is generated per run: pipelines.dag).
 """
 
+import functools
 import json
 from collections import defaultdict
 
@@ -12,7 +14,8 @@ import pytest
 from pyfork import python
 
 from lopd.core.config import REPO_ROOT
-from pipelines.dag import files_under, is_code, stage_code
+from pipelines.common import stage_name
+from pipelines.dag import files_under, is_code, race_methods, stage_code, sync
 
 
 def _stages() -> list[tuple[str, str, list[str]]]:
@@ -26,18 +29,22 @@ def _stages() -> list[tuple[str, str, list[str]]]:
 STAGES = _stages()
 
 
+RACE = "pipelines/learn/dvc.yaml:learn@"
+"""The learning race's runs: each lists its own method's code, data and params."""
+
+
 def test_every_stage_depends_on_exactly_the_code_it_imports():
     closures = {name: stage_code(cmd) for name, cmd, _ in STAGES}
-    groups: dict[str, set[str]] = defaultdict(set)  # a matrix's members share one deps template
+    groups: dict[str, set[str]] = defaultdict(set)  # a matrix's members share one deps template; a race run has its own
     for name in closures:
-        groups[name.split("@")[0]] |= closures[name]
+        groups[name if name.startswith(RACE) else name.split("@")[0]] |= closures[name]
     problems = []
     for name, _, deps in STAGES:
         code = [d for d in deps if is_code(d)]
         covered = set().union(*(files_under(d) for d in code))
         if missing := sorted(closures[name] - covered):
             problems.append(f"{name}: imports but does not depend on {missing}")
-        group = groups[name.split("@")[0]]
+        group = groups[name if name.startswith(RACE) else name.split("@")[0]]
         for dep in code:
             files = files_under(dep)
             if not files & group:
@@ -47,19 +54,19 @@ def test_every_stage_depends_on_exactly_the_code_it_imports():
     assert not problems, "\n".join(problems) + "\n(run `python -m pipelines.dag --write`)"
 
 
-RACE = {name for name, _, _ in STAGES if name.startswith("pipelines/learn/dvc.yaml:learn@")}
-"""The learning race's runs: each may build any method, so every method's file marks them all."""
+RUNS = {name for name, _, _ in STAGES if name.startswith(RACE)}
 
 
 @pytest.mark.parametrize("touched, marked", [
-    # an LOPD-only file marks only the LOPD branch (and the race)
+    # an LOPD-only file marks only the LOPD branch (and LOPD's race runs)
     ("lopd/latent/composer.py", {"cold_start", "train_lopd", "cold_start_agentic", "train_lopd_agentic",
-                                 "latent_decode", "eval_base_composer", "eval_agentic_base_composer"} | RACE),
-    # one baseline's file marks only that baseline's training (and the race)
-    ("baselines/sdpo.py", {"train@sdpo", "train_agentic@sdpo"} | RACE),
+                                 "latent_decode", "eval_base_composer", "eval_agentic_base_composer",
+                                 f"{RACE}lopd", f"{RACE}lopd_seed1"}),
+    # one baseline's file marks only that baseline's training (and its race run)
+    ("baselines/sdpo.py", {"train@sdpo", "train_agentic@sdpo", f"{RACE}sdpo"}),
     # the loop marks every training stage, and nothing that does not train but the measurements of step 0
     ("lopd/core/loop.py", {name for name, _, _ in STAGES if name.split("@")[0] in ("train", "train_agentic")}
-     | {"train_lopd", "train_lopd_agentic", "validate_base", "pipelines/learn/dvc.yaml:learn_select"} | RACE),
+     | {"train_lopd", "train_lopd_agentic", "validate_base", "pipelines/learn/dvc.yaml:learn_select"} | RUNS),
     # the BFCL harness marks only the agentic evaluations
     ("evaluation/agentic/bfcl.py", {name for name, _, _ in STAGES if name.startswith("eval_agentic")}),
 ])
@@ -110,6 +117,7 @@ def test_every_stage_names_itself_as_dvc_does():
         assert stage_name(kind, domain, method) == name
 
 
+@functools.cache  # read-only: one resolution for every test
 def _graph() -> dict[str, tuple[set[str], set[str], set[str]]]:
     """Stage -> (params.yaml keys it reads, paths it reads, paths it writes), as DVC resolves both dvc.yaml files."""
     from dvc.dependency.param import ParamsDependency
@@ -126,12 +134,14 @@ def _graph() -> dict[str, tuple[set[str], set[str], set[str]]]:
     ("sdpo.ema_rate", {"train@sdpo", "eval@sdpo", "train_agentic@sdpo", "eval_agentic@sdpo", "report",
                        "pipelines/learn/dvc.yaml:learn@sdpo", "pipelines/learn/dvc.yaml:learn_report"}),
     # an LOPD knob (`dvc exp run -S margin=0.02`) re-runs LOPD in both domains, what reads its composer, the report,
-    # and every race run: the race's runs share one params list (pipelines/learn/dvc.yaml's foreach)
+    # and LOPD's race runs
     ("margin", {"train_lopd", "eval@lopd", "eval_base_composer", "latent_decode", "train_lopd_agentic",
                 "eval_agentic@lopd", "eval_agentic_base_composer", "report", "pipelines/learn/dvc.yaml:learn_report",
-                *(f"pipelines/learn/dvc.yaml:learn@{run}" for run in ("grpo", "grpo_lr0", "grpo_negated", "grpo_seed1",
-                                                                       "lopd", "lopd_seed1", "opsd", "sdft", "sdpo",
-                                                                       "skill_sd"))}),
+                f"{RACE}lopd", f"{RACE}lopd_seed1"}),
+    # a composer cold-started anew re-runs what reads it: LOPD's stages, LOPD's race runs and the reports
+    ("cold_start.steps", {"cold_start", "train_lopd", "eval@lopd", "eval_base_composer", "latent_decode",
+                          "cold_start_agentic", "train_lopd_agentic", "eval_agentic@lopd", "eval_agentic_base_composer",
+                          "report", "pipelines/learn/dvc.yaml:learn_report", f"{RACE}lopd", f"{RACE}lopd_seed1"}),
 ])
 def test_changing_a_param_re_runs_exactly_its_branch(param: str, branch: set[str]):
     graph = _graph()
@@ -145,6 +155,28 @@ def test_changing_a_param_re_runs_exactly_its_branch(param: str, branch: set[str
             break
         hit |= below
     assert hit == branch
+
+
+def test_a_race_run_reads_what_its_methods_training_stage_reads():
+    """Of the paper pipeline's outputs and params, `learn@<run>` reads what the stage training its method reads, but
+    that stage's step 0 (the race's is learn_select's) and seed (the run has its own): GRPO's runs neither the
+    composer nor `margin`, LOPD's both."""
+    graph = _graph()
+    race_own = {"results/learn/selection.json"}
+    for run, method in race_methods().items():
+        params, deps, _ = graph[f"{RACE}{run}"]
+        train_params, train_deps, _ = graph[stage_name("train", "code", method)]
+        assert {key for key in params if not key.startswith("learn.")} == train_params - {"seed"}, run
+        data, train_data = ({d for d in paths if not is_code(d)} for paths in (deps, train_deps))
+        assert data - race_own == train_data - {"results/validation/base.json"}, run
+    assert "margin" not in graph[f"{RACE}grpo_negated"][0] and "checkpoints/composer" not in graph[f"{RACE}grpo"][1]
+    assert "margin" in graph[f"{RACE}lopd_seed1"][0] and "checkpoints/composer" in graph[f"{RACE}lopd"][1]
+
+
+def test_the_committed_dag_is_what_pipelines_dag_generates():
+    """Both DVC files' generated deps (code deps, the race's runs) are up to date: `python -m pipelines.dag --write`
+    after adding an import or a run to learn.runs."""
+    assert sync(write=False) == []
 
 
 def test_a_training_stage_that_fails_leaves_every_output_as_it_was():

@@ -51,6 +51,47 @@ def test_every_make_target_the_readme_names_exists():
     assert named and named <= targets, sorted(named - targets)
 
 
+def test_the_readme_fits_the_front_pages_budget():
+    """The README is the front page: at most 250 lines (CONTRIBUTING.md); reference material goes in docs/."""
+    lines = (REPO / "README.md").read_text().splitlines()
+    assert len(lines) <= 250, f"README.md: {len(lines)} lines"
+
+
+def test_make_help_lists_every_target_and_every_tool_in_scripts():
+    """`make help`: one line per target (the `##` text on its line) and per tool in scripts/, the benchmarks apart in
+    scripts/bench/."""
+    import subprocess
+
+    done = subprocess.run(["make", "--no-print-directory", "help"], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    listed = {target for group in re.findall(r"^  make (\S+(?: \S+)*?) {2,}\S", done.stdout, re.MULTILINE)
+              for target in group.split()}
+    targets = {target for line in (REPO / "Makefile").read_text().splitlines()
+               if (match := re.match(r"^([\w-]+(?: [\w-]+)*):(?!=)", line)) for target in match.group(1).split()}
+    assert targets and targets == listed, sorted(targets ^ listed)
+    named = set(re.findall(r"[\w.]+\.(?:py|sh)|bench/", done.stdout))
+    tools = {path.name for path in (REPO / "scripts").iterdir() if path.is_file()}
+    assert tools | {"bench/"} <= named, sorted(tools - named)
+
+
+def test_every_script_path_named_anywhere_exists():
+    """A path into scripts/ named in a document, the Makefile, a config or the code (`scripts/bench/bench_cpu.py`) is
+    a file there: a script moved or renamed leaves no stale name behind. Placeholders (NAME) are not paths."""
+    import subprocess
+
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                            text=True, check=True).stdout.split()
+    named = {}
+    for name in listed:
+        if name.endswith((".md", ".py", ".yaml", ".sh", ".toml")) or name == "Makefile":
+            path = REPO / name
+            for script in re.findall(r"(?<![\w/.])scripts/[\w/.-]*\.(?:py|sh)", path.read_text(errors="replace")):
+                named.setdefault(script, name)
+    missing = sorted(f"{script} (in {where})" for script, where in named.items()
+                     if "NAME" not in script and not (REPO / script).is_file())
+    assert len(named) > 20 and not missing, missing
+
+
 def test_the_citation_names_the_paper_and_its_authors():
     citation = yaml.safe_load((REPO / "CITATION.cff").read_text())
     paper = citation["preferred-citation"]

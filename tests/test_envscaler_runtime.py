@@ -23,6 +23,7 @@ from evaluation.agentic.envscaler import (
     replay,
     split_tasks,
 )
+from evaluation.sandbox import SandboxUnavailable
 from lopd.core.multiturn import AGENT_SYSTEM_PROMPT, TASK_COMPLETED
 
 BANK_CODE = '''
@@ -430,15 +431,23 @@ def start_bank(worker) -> EnvScalerEnvironment:
 @pytest.mark.skipif(os.geteuid() != 0, reason="the uid drop only exists on a root host")
 def test_a_root_host_without_setpriv_refuses_to_run_dataset_code(worker, monkeypatch):
     monkeypatch.setattr(es, "_SETPRIV", None)
-    with pytest.raises(es.WorkerError, match="setpriv"):
+    with pytest.raises(SandboxUnavailable, match="setpriv"):
         worker.create(BANK_CODE, "Bank", INIT)
-    assert "setpriv` is missing" in start_bank(worker).call_tool("get_balance", {"account_id": "alice"})
+    with pytest.raises(SandboxUnavailable, match="setpriv"):  # the episode stops the stage: it does not score 0
+        start_bank(worker)
 
 
 def test_a_greeting_with_the_wrong_uid_is_refused(worker, monkeypatch):
     monkeypatch.setattr(es, "_sandbox_prefix", lambda: ([], os.getuid() + 1))
-    with pytest.raises(es.WorkerError, match="did not start"):
+    with pytest.raises(SandboxUnavailable, match="did not start"):
         worker.create(BANK_CODE, "Bank", INIT)
+
+
+def test_the_sandbox_check_runs_a_known_environment_and_stops_on_a_worker_that_cannot_start(monkeypatch):
+    es.check_sandbox()
+    monkeypatch.setattr(es, "_sandbox_prefix", lambda: ([], os.getuid() + 1))
+    with pytest.raises(SandboxUnavailable, match="did not start"):
+        es.check_sandbox()
 
 
 def test_a_slow_start_is_retried_without_weakening_isolation(worker, monkeypatch):

@@ -45,7 +45,7 @@ def test_the_cpu_estimate_matches_the_recorded_run_per_domain_at_its_machines_sp
     sampled with and its updates' float32 matmul path, for the params it ran (params.yaml at its commit). A benchmark
     machine slower at sampling than the recording one (ratio > 1) estimates longer than that speed does, a faster one
     shorter."""
-    record = estimate.recorded_run()
+    record = estimate.recorded_run(REPO / "reports" / "perf" / "default_run_wall_time.json")
     cfg = estimate.recorded_config("cpu", record)
     assert cfg.data.validation_tasks == 32  # the recorded run's, not today's 96
     costs = estimate.cpu_costs(cfg, None, None, sampler=estimate.recorded_sampler(record),
@@ -83,6 +83,38 @@ def test_the_tool_use_stages_timed_on_this_code_match_the_estimate(estimate):
         part = {s: e for s, e in timed["stages"].items() if s.startswith("eval") == evaluation}
         ratio = sum(e["estimated_s"] for e in part.values()) / sum(e["recorded_s"] for e in part.values())
         assert abs(ratio - 1) <= estimate.CHECK_TOLERANCE, (evaluation, ratio, part)
+
+
+def test_make_estimate_check_compares_with_the_newest_one_machine_record_of_todays_code(estimate, monkeypatch,
+                                                                                        tmp_path, capsys):
+    """`make estimate ARGS=--check` without --record: the newest record whose stages all name one machine (the
+    2026-11-26 one, another sampler, reads x1.43 on tool use), timed where and when profile_rollouts.json was measured,
+    so that file gives its machine's speed (x1); within 25% at both speeds, written to estimate_check.<record>.json."""
+    perf = REPO / "reports" / "perf"
+
+    def one_machines_newest_stage(path: Path) -> str:
+        stages = json.loads(path.read_text())["stages"].values()
+        machines = {entry.get("machine") for entry in stages}
+        return max(entry["finished"] for entry in stages) if len(machines) == 1 and None not in machines else ""
+
+    assert estimate.CHECK_RECORD == max(perf.glob("default_run_wall_time*.json"), key=one_machines_newest_stage)
+    record = json.loads(estimate.CHECK_RECORD.read_text())
+    machine = json.loads(estimate.CHECK_RECORD_ROLLOUTS.read_text())["cpu"]["machine"]
+    assert {entry["machine"] for entry in record["stages"].values()} == {machine}
+    scratch = tmp_path / "perf"  # the benchmarks read through links; the check written here, not over the committed
+    scratch.mkdir()
+    for path in perf.glob("*.json"):
+        if not path.name.startswith("estimate_check"):
+            (scratch / path.name).symlink_to(path)
+    monkeypatch.setattr(estimate, "PERF", scratch)
+    monkeypatch.setattr(sys, "argv", ["estimate.py", "--check"])
+    estimate.main()
+    result = json.loads((scratch / f"estimate_check.{estimate.CHECK_RECORD.stem}.json").read_text())
+    assert result["record"] == "reports/perf/default_run_wall_time.2026-12-04-tool-use.json"
+    assert {domain: ratio["ratio"] for domain, ratio in result["machine"].items()} == {"code": 1.0, "agentic": 1.0}
+    for timed in (result["recorded_stages"], result["recorded_stages_at_recorded_machine_speed"]):
+        assert list(timed) == ["agentic"] and timed["agentic"]["within_tolerance"], timed
+    assert "outside" not in capsys.readouterr().out
 
 
 def test_a_domain_the_record_lacks_stages_of_is_checked_over_the_stages_it_has(estimate):
@@ -181,7 +213,7 @@ def test_record_rollouts_time_the_same_work_on_both_machines(estimate, tmp_path)
     with pytest.raises(SystemExit, match=r"--record-rollouts .*: sampled with vocabulary_sort"):
         estimate.machine_ratios(record, "cpu", path)
     path.write_text(json.dumps({"cpu": {"sampler": here["sampler"], "train_step": code}}))
-    with pytest.raises(SystemExit, match=r"--record-rollouts .*: no agentic_train_step \(scripts/bench_profile_rol"):
+    with pytest.raises(SystemExit, match=r"--record-rollouts .*: no agentic_train_step \(scripts/bench/bench_prof"):
         estimate.machine_ratios(record, "cpu", path)
 
 
@@ -565,7 +597,7 @@ def test_skill_sd_trains_every_rollout_after_its_first_step(estimate):
 
 
 def test_the_cold_start_and_base_composer_are_priced_from_composer_json(estimate, tmp_path, monkeypatch):
-    """composer.json (scripts/bench_composer.py) prices what no training step measures: the cold start's steps per
+    """composer.json (scripts/bench/bench_composer.py) prices what no training step measures: the cold start's steps per
     trained bank entry, its NLL measurement before and after per measured entry, its anchors per training task, and
     Base + Composer's latent context per evaluation task on top of an evaluation; one measured on another model is a
     one-line error."""

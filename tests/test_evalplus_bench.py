@@ -139,6 +139,31 @@ def test_pass_at_1_is_mean_of_per_task_fractions():
     assert (out["pass@1_plus_ci_low"], out["pass@1_plus_ci_high"]) == pytest.approx((100 * low, 100 * high))
 
 
+def test_a_timeout_is_checked_once_more_and_the_second_verdict_counts():
+    """Only a verdict that failed by a time limit is checked again, once, whatever the second says."""
+    for verdicts, timed_out, expected in ((["timeout", "pass"], True, ("pass", True)),
+                                          (["timeout", "timeout", "pass"], True, ("timeout", True)),
+                                          (["fail", "pass"], False, ("fail", False)),
+                                          (["pass", "pass"], False, ("pass", False))):
+        runs = iter(verdicts)
+        calls = []
+        got = eb.rechecked(lambda: calls.append(1) or next(runs), lambda v: v == "timeout")
+        assert got == expected and len(calls) == (2 if timed_out else 1)
+
+
+def test_response_budget_is_evalplus_own_default():
+    """EvalPlus' providers sample at most `max_new_tokens` (their default; evalplus.codegen never passes another)."""
+    import inspect
+
+    from evalplus.codegen import run_codegen
+    from evalplus.provider import make_model
+    from evalplus.provider.base import DecoderBase
+
+    assert "max_new_tokens" not in inspect.signature(run_codegen).parameters
+    assert "max_new_tokens" not in inspect.signature(make_model).parameters
+    assert eb.MAX_NEW_TOKENS == inspect.signature(DecoderBase.__init__).parameters["max_new_tokens"].default
+
+
 def test_fast_sanitizer_matches_evalplus_sanitize():
     from evalplus.sanitize import sanitize
 
@@ -221,8 +246,46 @@ def test_wrong_and_hostile_solutions_score_zero(all_problems, gt_cache, tmp_path
     verdict = out["per_task"]["HumanEval/0"]
     assert verdict["base"] == [False] * len(bad) and verdict["plus"] == [False] * len(bad)
     assert all(s != "pass" for s in verdict["status"]), verdict["status"]
+    # the loop overruns its per-test time limit, and evalplus calls a child that died without a verdict a timeout
+    assert verdict["rechecked"] == [name in ("loop", "exit") for name in bad] and out["n_timeout_rechecks"] == 2
     assert out["pass@1_base"] == 0.0 and out["pass@1_plus"] == 0.0
     assert not canary.exists()
+
+
+@needs_data
+def test_a_timed_out_check_is_run_once_more(all_problems, gt_cache):
+    """Code that hangs while loading outlives evalplus' stage limit: a timeout, checked twice, still a fail."""
+    problem = all_problems["humaneval_plus"]["HumanEval/34"]  # one base test: a 2 s stage limit
+    hang = "FOREVER = sum(1 for _ in iter(int, 1))\n\ndef unique(l: list):\n    return sorted(set(l)) + [FOREVER]\n"
+    out = eb.score("humaneval_plus", {"HumanEval/34": problem}, {"HumanEval/34": [fenced(hang)]}, data_dir=DATA_DIR,
+                   cache_dir=gt_cache)
+    verdict = out["per_task"]["HumanEval/34"]
+    assert (verdict["status"], verdict["rechecked"], out["n_timeout_rechecks"]) == (["base:timeout"], [True], 1)
+    assert out["pass@1_base"] == 0.0
+
+
+@needs_data
+def test_a_sample_that_timed_out_once_passes_on_its_recheck(all_problems, gt_cache, monkeypatch):
+    """A correct solution whose first check times out (as on a loaded machine) is checked again and counts as a
+    pass; a wrong one is checked once."""
+    real, calls = eb._run_sample, []
+    problem = all_problems["humaneval_plus"]["HumanEval/0"]
+    right = fenced(canonical(problem, "humaneval_plus"))
+    wrong = fenced("def has_close_elements(numbers, threshold):\n    return None\n")
+
+    def first_check_of_right_times_out(run, completion):
+        calls.append(completion)
+        if completion == right and calls.count(right) == 1:
+            return False, False, "base:timeout"
+        return real(run, completion)
+
+    monkeypatch.setattr(eb, "_run_sample", first_check_of_right_times_out)
+    out = eb.score("humaneval_plus", {"HumanEval/0": problem}, {"HumanEval/0": [right, wrong]}, data_dir=DATA_DIR,
+                   cache_dir=gt_cache)
+    verdict = out["per_task"]["HumanEval/0"]
+    assert (verdict["status"], verdict["rechecked"], out["n_timeout_rechecks"]) == (["pass", "base:fail"],
+                                                                                     [True, False], 1)
+    assert out["pass@1_plus"] == 50.0 and (calls.count(right), calls.count(wrong)) == (2, 1)
 
 
 @needs_data
@@ -270,3 +333,29 @@ def test_the_harness_unpickles_plain_data_and_refuses_code():
 
     with pytest.raises(pickle.UnpicklingError, match="refused posix.system"):
         loads(pickle.dumps(Exploit()))
+
+
+@needs_data
+def test_a_harness_that_cannot_run_in_the_sandbox_stops_the_scoring(all_problems, gt_cache, monkeypatch):
+    """Every sample failed with `sandbox:error` when the harness itself could not run: now its check of a
+    canonical solution raises before any sample is scored."""
+    from evaluation.sandbox import SandboxUnavailable
+
+    problem = all_problems["humaneval_plus"]["HumanEval/0"]
+    monkeypatch.setattr(eb, "_HARNESS", "raise ImportError('No module named evalplus')")
+    with pytest.raises(SandboxUnavailable, match="canonical solution of HumanEval/0 scores sandbox:error"):
+        eb.score("humaneval_plus", {"HumanEval/0": problem}, {"HumanEval/0": [fenced(canonical(problem,
+                 "humaneval_plus"))]}, data_dir=DATA_DIR, cache_dir=gt_cache)
+
+
+@needs_data
+def test_a_test_that_overran_its_time_limit_is_a_timeout_and_checked_once_more(all_problems, gt_cache):
+    """evalplus (fast_check) reports a test past its per-test limit as a plain fail, so a sample that a loaded machine
+    slowed was never re-checked: the harness now flags the overrun as a timeout."""
+    problem = all_problems["humaneval_plus"]["HumanEval/0"]
+    slow = ("import time\n\ndef has_close_elements(numbers, threshold):\n    time.sleep(3)\n"
+            "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])\n")
+    out = eb.score("humaneval_plus", {"HumanEval/0": problem}, {"HumanEval/0": [fenced(slow)]}, data_dir=DATA_DIR,
+                   cache_dir=gt_cache)
+    verdict = out["per_task"]["HumanEval/0"]
+    assert (verdict["status"], verdict["rechecked"], out["n_timeout_rechecks"]) == (["base:timeout"], [True], 1)

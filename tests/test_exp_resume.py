@@ -1,7 +1,8 @@
 """A training stage SIGKILLed under `dvc exp run`, in the workspace and queued, resumes on the next try like one under
 `dvc repro`, though DVC restores the committed checkpoint folder first (workspace) or runs each try in a new copy of
-the repository (queue). The stage runs the real loop (tiny model, GRPO); only its task set is a stand-in. That the
-resumed run equals an uninterrupted one is tests/test_checkpoint.py's (in one process, at every kill point)."""
+the repository (queue); a forced re-run of a finished stage trains again. The stage runs the real loop (tiny model,
+GRPO); only its task set is a stand-in. That the resumed run equals an uninterrupted one is tests/test_checkpoint.py's
+(in one process, at every kill point)."""
 
 import os
 import re
@@ -88,6 +89,10 @@ def test_a_killed_dvc_exp_run_resumes_in_the_workspace_and_in_the_queue(tmp_path
     _run(["git", "add", "-A"], repo, env)
     _run(["git", "commit", "-qm", "results"], repo, env)
     committed = _files(repo / "checkpoints" / "grpo")
+    # a forced re-run of the finished run (its checkpoint persists) trains again from step 0, to the same bytes
+    forced = _run(["dvc", "repro", "-f"], repo, env)
+    assert "resuming" not in forced and "[grpo] step 1/2 " in forced, forced
+    assert _files(repo / "checkpoints" / "grpo") == committed
 
     killed = {**env, "KILL_AFTER": "1", "KILL_MARKER": str(tmp_path / "killed-workspace")}
     # -9 where DVC's shell execs the command (dash), 137 where the shell reports its child's SIGKILL (bash)

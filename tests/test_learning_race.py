@@ -292,6 +292,10 @@ def test_a_sweep_of_a_param_of_the_runs_stage_changes_that_param_only():
                        ("bank.embedder", "a sweep varies a number or a true/false switch")):
         with pytest.raises(ValueError, match=match):
             sweep.setting_type(params, "lopd", bad)
+    # GRPO's stage reads no LOPD param: its point would not re-run (`-s` skips a stage whose deps are unchanged)
+    with pytest.raises(ValueError, match=r"^margin: .*param of the run's stage \(bank.embedder, bank.self_retrieval, "
+                                         r"grpo.<key>\)$"):
+        sweep.setting_type(params, "grpo", "margin")
     # a switch: written true/false in its name and override, parsed from exactly those words
     assert sweep.setting_type(params, "lopd", "bank.self_retrieval") is bool
     assert sweep.point_args("lopd", "bank.self_retrieval", True, None, hold) == [

@@ -152,6 +152,32 @@ def test_scores_are_pass_at_1_on_all_tests_with_the_public_ones_as_base(tmp_path
     assert out["n_tasks"] == 2 and out["pass@1_plus_ci_low"] < 25.0 < out["pass@1_plus_ci_high"]
 
 
+def test_a_sample_that_fails_only_by_a_time_limit_is_run_once_more(tmp_path, monkeypatch):
+    """A timeout is checked again and the second verdict counts (a right answer whose first run timed out passes); a
+    wrong answer is checked once."""
+    import evaluation.livecodebench as lcb
+    from evaluation.coding.taco import TestReport
+
+    release = _write(tmp_path / "test.jsonl", [STDIN])
+    problems = {p.question_id: p for p in load_problems(release, (date(2024, 1, 1), date(2026, 1, 1)))}
+    hang = "import time\ntime.sleep(60)\n"
+    real, runs = lcb.run_problem, []
+
+    def run(code, problem):  # a 1 s test limit keeps the real timeout short; the right answer's first run times out
+        runs.append(code)
+        if code.strip() == RIGHT_STDIN.strip() and runs.count(code) == 1:
+            return TestReport(False, 0, len(problem.tests), "timeout", "test 1/2: timeout: time limit", 0)
+        return real(code, problem, per_test_seconds=1.0)
+
+    monkeypatch.setattr(lcb, "run_problem", run)
+    fenced = lambda code: f"```python\n{code}```"  # noqa: E731
+    out = score(problems, {"abc001_a": [fenced(hang), fenced(WRONG_STDIN), fenced(RIGHT_STDIN)]})
+    verdict = out["per_task"]["abc001_a"]
+    assert verdict["plus"] == [False, False, True] and verdict["rechecked"] == [True, False, True]
+    assert "timeout" in verdict["status"][0] and out["n_timeout_rechecks"] == 2
+    assert sorted(map(runs.count, set(runs))) == [1, 2, 2]
+
+
 def test_the_version_windows_are_the_common_convention_and_configurable():
     assert (V5, V6) == ((date(2024, 8, 1), date(2025, 2, 1)), (date(2025, 2, 1), date(2025, 5, 1)))
     custom = resolve({"profile": "smoke", "data": {"lcb_v6_window": ["2025-01-01", "2025-06-01"]}})

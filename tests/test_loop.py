@@ -95,15 +95,15 @@ def test_changed_config_does_not_resume_stale_state(tiny_model_dir, tmp_path, ca
     train(_cfg(1), GRPO(_cfg(1), NO_DOMAIN), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "c")
     other = resolve({"profile": "smoke", "seed": 5, "train": {"steps": 1, "save_every": 1}})
     result = train(other, GRPO(other, NO_DOMAIN), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "c")
-    assert "starting fresh" in capsys.readouterr().out
-    assert len(result["history"]) == 1
+    assert "resuming" not in capsys.readouterr().out
+    assert len(result["history"]) == 1 and result["history"][0]["time_update_s"] > 0  # trained here, not read back
 
 
 def test_a_shorter_run_does_not_reuse_a_longer_checkpoint(tiny_model_dir, tmp_path, capsys):
     train(_cfg(2), GRPO(_cfg(2), NO_DOMAIN), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "d")
     result = train(_cfg(1), GRPO(_cfg(1), NO_DOMAIN), TASKS, single_turn(_score), tiny_model_dir, tmp_path / "d")
-    assert "starting fresh" in capsys.readouterr().out
-    assert len(result["history"]) == 1
+    assert "resuming" not in capsys.readouterr().out
+    assert len(result["history"]) == 1 and result["history"][0]["time_update_s"] > 0
     assert json.loads((tmp_path / "d" / "manifest.json").read_text())["steps"] == 1
 
 

@@ -15,7 +15,7 @@ from baselines.grpo import GRPO
 from baselines.pool import BASE_MODEL_ROLLOUT, POOL_FILE, Demonstration, write_pool
 from lopd.core import multiturn
 from lopd.core.config import PROFILES_NAMES, ConfigError, resolve
-from lopd.core.domain import Domain
+from lopd.core.domain import Domain, SandboxUnavailable
 from lopd.core.loop import train
 from lopd.core.models import load_tokenizer
 from lopd.core.multiturn import (
@@ -266,6 +266,37 @@ def test_errors_become_observations_and_episodes_end_on_caps(tokenizer):
                             max_steps=50, max_context_tokens=400, tool_call_format="strict")
     assert short.behaviour.ended == "context" and len(short.token_ids) + PARAMS.max_new_tokens <= 400 + 64
     assert short.behaviour.repeated_calls == short.behaviour.steps - 1
+
+
+class NoSandboxEnv(CounterEnv):
+    """An environment whose machinery cannot run (`where` it says so): a stage-stopping error, not an episode's."""
+
+    def __init__(self, where):
+        super().__init__()
+        self.where = where
+
+    def call_tool(self, name, arguments):
+        if self.where == "call_tool":
+            raise SandboxUnavailable("the worker cannot start")
+        return super().call_tool(name, arguments)
+
+    def reply(self, text):
+        if self.where == "reply":
+            raise SandboxUnavailable("the worker cannot start")
+        return super().reply(text)
+
+    def score(self):
+        if self.where == "score":
+            raise SandboxUnavailable("the worker cannot start")
+        return super().score()
+
+
+@pytest.mark.parametrize("where", ["call_tool", "reply", "score"])
+def test_an_environment_whose_sandbox_cannot_run_stops_the_episodes(tokenizer, where):
+    backend = ScriptedBackend(tokenizer, [[_call("get"), "just talking"]])
+    with pytest.raises(SandboxUnavailable):  # was an error observation, or a reward of 0 with a warning
+        run_episodes(backend, tokenizer, [("t0", 0, NoSandboxEnv(where))], PARAMS, 0, max_steps=2,
+                     max_context_tokens=10_000, tool_call_format="strict")
 
 
 def test_truncated_step_gets_an_end_of_turn_token(tokenizer):

@@ -1,7 +1,11 @@
 """The sandbox for model-written code: normal runs, and hostile programs that must stay contained."""
 
 import os
+import shutil
 import socket
+import subprocess
+import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -9,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from evaluation import sandbox
-from evaluation.sandbox import SandboxLimits, run_python
+from evaluation.sandbox import SandboxLimits, SandboxUnavailable, run_python
 
 MODE = sandbox.isolation_mode()
 NAMESPACES = MODE == "namespaces"
@@ -17,7 +21,6 @@ NAMESPACES = MODE == "namespaces"
 # or kill(-1) would hit the calling user's own processes.
 CONTAINED = MODE in ("namespaces", "uid")
 hostile = pytest.mark.skipif(not CONTAINED, reason=f"isolation mode {MODE!r} cannot contain it")
-pytestmark = pytest.mark.skipif(MODE == "refuse", reason="the sandbox refuses to run here (root without isolation)")
 PROJECT_ROOT = Path(sandbox.__file__).resolve().parents[1]
 FAST = SandboxLimits(wall_seconds=2.0, cpu_seconds=2)
 
@@ -242,3 +245,89 @@ def test_namespaces_hide_host_state():
     first, second = r.stdout.splitlines()
     assert first.startswith("True") and first.endswith("True")
     assert "tests" not in second and "evaluation" not in second  # project files are hidden
+
+
+# -------------------------------------------------------------------- scoring as the stages run it
+
+SCORE_AS_A_STAGE = """
+from evaluation.agentic import envscaler
+from evaluation.coding import taco
+task = next(t for t in taco.load_builtin_tasks() if t.solutions)
+taco.check_sandbox()
+envscaler.check_sandbox()
+print("REWARD", taco.reward("```python\\n" + task.solutions[0] + "\\n```", task), taco.reward("print(1)", task))
+"""
+
+
+def test_scoring_works_from_a_checkout_under_tmp_with_a_relative_interpreter():
+    """A checkout under /tmp (which the sandbox covers) run by `.venv/bin/python` found on a relative PATH: the
+    known-correct solution scores 1 and a wrong one 0 (it scored 0 with exit 0: the project root hidden under an
+    already-covered /tmp, and the interpreter not found from the sandbox's folder)."""
+    checkout = Path(tempfile.mkdtemp(prefix="lopd-checkout-", dir="/tmp"))
+    try:
+        for package in ("evaluation", "lopd"):
+            shutil.copytree(PROJECT_ROOT / package, checkout / package,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        (checkout / ".venv").symlink_to(Path(sys.prefix))
+        env = {**os.environ, "PATH": f".venv/bin:{os.environ['PATH']}", "PYTHONPATH": str(checkout)}
+        run = subprocess.run(["python", "-c", SCORE_AS_A_STAGE], cwd=checkout, env=env, capture_output=True,
+                             text=True, timeout=300)
+    finally:
+        shutil.rmtree(checkout)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["REWARD", "1.0", "0.0"], run.stdout + run.stderr
+
+
+def test_the_sandbox_hides_the_outermost_dirs_and_mounts_the_kept_ones_back(tmp_path):
+    tmp = tmp_path / "tmp"
+    for d in ("tmp/a/project/.venv", "tmp/b", "root/.pyenv", "home"):
+        (tmp_path / d).mkdir(parents=True)
+    tops = [tmp, tmp / "a" / "project", tmp_path / "root", tmp_path / "home", tmp_path / "missing"]
+    keep = [str(tmp / "a" / "project" / ".venv"), str(tmp_path / "root" / ".pyenv"), str(tmp_path / "home")]
+    # nested tops go (their parent's cover hides them), missing ones and those a kept dir holds are left alone
+    assert sandbox._hidden_dirs([str(t) for t in tops], keep) == sorted([str(tmp), str(tmp_path / "root")])
+
+
+def test_a_sandbox_that_cannot_run_code_raises_and_never_scores(monkeypatch):
+    from evaluation.coding import taco
+
+    monkeypatch.setattr(sandbox, "_mode", "refuse")
+    monkeypatch.setattr(sandbox, "_refusal", "refusing to run model code as root: no mode works")
+    with pytest.raises(SandboxUnavailable, match="no mode works"):
+        run_python("print(1)")
+    task = next(t for t in taco.load_builtin_tasks() if t.solutions)
+    with pytest.raises(SandboxUnavailable):  # was 0.0: a failed test
+        taco.reward("```python\n" + task.solutions[0] + "\n```", task)
+
+
+def test_a_failed_sandbox_setup_raises(monkeypatch):
+    if not NAMESPACES:
+        pytest.skip(f"isolation mode {MODE!r} has no filesystem setup")
+    monkeypatch.setattr(sandbox, "_hidden_dirs", lambda tops, keep: ["/no/such/dir"])
+    with pytest.raises(SandboxUnavailable, match="sandbox setup failed"):
+        run_python("print(1)")
+
+
+@pytest.mark.parametrize("domain", ["code", "agentic"])
+def test_a_stage_stops_with_one_line_when_no_sandbox_runs(monkeypatch, domain):
+    from evaluation.agentic import envscaler
+    from pipelines.common import check_sandbox, run_stage
+
+    monkeypatch.setattr(sandbox, "_mode", "refuse")
+    monkeypatch.setattr(sandbox, "_refusal", "refusing to run model code as root: no mode works")
+    monkeypatch.setattr(envscaler, "_sandbox_prefix", lambda: ([], os.getuid() + 1))  # its greeting is refused
+    monkeypatch.setattr(envscaler, "_START_ATTEMPTS", (5.0,))
+    with pytest.raises(SystemExit) as stop:
+        run_stage(lambda: check_sandbox(domain))
+    assert str(stop.value) == ("error: sandbox: refusing to run model code as root: no mode works" if domain == "code"
+                               else "error: sandbox: the EnvScaler worker process did not start (1 tries, 5 s; "
+                               f"interpreter {sandbox.INTERPRETER})")
+
+
+def test_a_sandbox_that_scores_everything_wrong_stops_the_stage(monkeypatch):
+    from evaluation.coding import taco
+    from pipelines.common import check_sandbox
+
+    monkeypatch.setattr(taco, "run_python", lambda *args, **kwargs: sandbox.SandboxResult("ok", 0, "", "", 0.1))
+    with pytest.raises(SandboxUnavailable, match="a known-correct program fails in the sandbox"):
+        check_sandbox("code")

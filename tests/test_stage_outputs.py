@@ -44,6 +44,28 @@ def test_outputs_are_replaced_together_once_all_are_written(tmp_path):
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["new.png", "old.json", "plots"]
 
 
+
+def test_a_folder_output_is_replaced_whole(tmp_path):
+    """An evaluation's results folder (it persists in dvc.yaml: DVC leaves it in place) keeps no file of an earlier
+    run's, say a benchmark since dropped, and a run that fails leaves the previous folder as it was."""
+    results = tmp_path / "eval" / "grpo"
+    results.mkdir(parents=True)
+    for name in ("humaneval_plus.json", "lcb_v5.json"):
+        (results / name).write_text("previous")
+    files = lambda: {p.name: p.read_text() for p in results.iterdir()}  # noqa: E731
+    with pytest.raises(OSError, match="disk full"):
+        with replacing(results) as (folder,):
+            folder.mkdir()
+            (folder / "humaneval_plus.json").write_text("next")
+            raise OSError(28, "disk full")
+    assert files() == {"humaneval_plus.json": "previous", "lcb_v5.json": "previous"}
+    (tmp_path / "eval" / ".tmp-grpo").mkdir()  # a killed run's half-written folder
+    (tmp_path / "eval" / ".tmp-grpo" / "mbpp_plus.json").write_text("killed")
+    with replacing(results) as (folder,):
+        folder.mkdir()
+        (folder / "humaneval_plus.json").write_text("next")
+    assert files() == {"humaneval_plus.json": "next"} and [p.name for p in (tmp_path / "eval").iterdir()] == ["grpo"]
+
 def test_an_unwritable_output_folder_is_named_before_anything_is_written(tmp_path, read_only):
     (tmp_path / "plots").mkdir()
     read_only(tmp_path / "plots")

@@ -252,18 +252,19 @@ def test_engine_draws_the_tokens_vllms_own_sampler_draws(engine, prompts):
 
 
 def test_bench_cpu_times_both_samplers_on_the_same_draws(engine, prompts, load_script):
-    """scripts/bench_cpu.py's sampling section on this engine: calls of 2 against one call, the top-k-first
+    """scripts/bench/bench_cpu.py's sampling section on this engine: calls of 2 against one call, the top-k-first
     sampler against vLLM's vocabulary sort, which draw the same tokens (the engine keeps the backend's sampler), and
     the engine-dtype comparison's record."""
     from vllm.v1.sample.ops import topk_topp_sampler as sampler
 
     fast = sampler.apply_top_k_top_p
     params = SamplingParams(temperature=3.0, top_p=0.7, top_k=20, max_new_tokens=8)
-    out = load_script("bench_cpu").sampling_paths(engine, prompts, params, call_size=2)
+    bench_cpu = load_script("bench/bench_cpu")
+    out = bench_cpu.sampling_paths(engine, prompts, params, call_size=2)
     assert out["split"]["calls"] == 2 and out["one_call"]["calls"] == out["one_call_vocabulary_sort"]["calls"] == 1
     assert out["same_tokens_as_vocabulary_sort"] and out["one_call"]["sampled_tokens"] == 4 * 8
     assert out["top_k_first_speedup"] > 0 and sampler.apply_top_k_top_p is fast
-    dtypes = load_script("bench_cpu").engine_dtypes(engine, prompts, params, out["one_call"])  # this engine as bf16's
+    dtypes = bench_cpu.engine_dtypes(engine, prompts, params, out["one_call"])  # this engine as bf16's
     assert dtypes["bfloat16"]["sampled_tokens"] == 4 * 8 and dtypes["float32"] == out["one_call"]
     assert dtypes["pays"] == ("bfloat16" if dtypes["bf16_speedup"] > 1 else "float32")
 

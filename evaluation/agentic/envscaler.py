@@ -47,10 +47,11 @@ Isolation: dataset code runs only in `envscaler_worker.py`, a `python -I -S -B` 
 lines (see its docstring for the import allowlist, builtins and rlimits). When the host is root the
 child runs under a fresh throwaway uid (util-linux `setpriv`), which its greeting must report; if that
 is impossible (no `setpriv`) or the child does not start (two tries, 20 s then 60 s) the worker raises
-WorkerError rather than run dataset code as root. A non-root host runs it under its own uid, with a
-warning. Where `unshare --net` works (with `--user` when not root) the child also gets a fresh network
-namespace, i.e. no network; elsewhere a warning says so. Every request has two time limits: the
-worker's own timer at `call_timeout` (the call fails, the worker and all states survive) and the
+SandboxUnavailable rather than run dataset code as root: the stage stops, since every episode would
+score 0. Stages that play EnvScaler tasks call `check_sandbox()` before any work. A non-root host runs it
+under its own uid, with a warning. Where `unshare --net` works (with `--user` when not root) the child
+also gets a fresh network namespace, i.e. no network; elsewhere a warning says so. Every request has two
+time limits: the worker's own timer at `call_timeout` (the call fails, the worker and all states survive) and the
 host's wall-clock kill a little later (dataset code that swallows the timer). After a kill, a crash or
 a response that is not one (garbled or oversized) the host starts a fresh worker and rebuilds every
 environment it hosted by re-running its construction and its recorded calls (minus the one that hung,
@@ -75,7 +76,6 @@ import select
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 import warnings
@@ -85,6 +85,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evaluation.sandbox import INTERPRETER, SandboxUnavailable
 from lopd.core.jsonl import read_text
 from lopd.core.multiturn import AGENT_SYSTEM_PROMPT, TASK_COMPLETED
 
@@ -296,7 +297,7 @@ def _ground_truth(raw: Any, where: str) -> list[dict[str, Any]] | None:
 
 
 class WorkerError(RuntimeError):
-    """The worker machinery itself failed (it could not start, or was used after close())."""
+    """The worker was used after close(). (A worker that cannot start raises SandboxUnavailable.)"""
 
 
 @dataclass(frozen=True)
@@ -462,13 +463,8 @@ class EnvScalerWorker:
         """Kill the worker, start a fresh one and rebuild every live instance by replaying its history;
         each pass that loses the worker marks the instance being rebuilt lost, so this ends."""
         self.restarts += 1
-        try:
-            while not self._rebuild_all():
-                pass
-        except WorkerError:  # no fresh worker at all: nothing it hosted can be rebuilt
-            for instance in self._instances.values():
-                instance.lost = instance.lost or _LOST
-            raise
+        while not self._rebuild_all():  # no fresh worker at all raises SandboxUnavailable: the stage stops
+            pass
 
     def _rebuild_all(self) -> bool:
         """Start a fresh worker and rebuild the live instances; False when the worker died on the way."""
@@ -494,19 +490,19 @@ class EnvScalerWorker:
         return all(self._exchange(request).ok == succeeded for request, succeeded in instance.calls)
 
     def _spawn(self) -> None:
-        """Start a fresh worker, waiting longer on each try; WorkerError when none starts."""
+        """Start a fresh worker, waiting longer on each try; SandboxUnavailable when none starts."""
         self._kill()
         for seconds in _START_ATTEMPTS:
             if self._try_start(seconds):
                 return
-        raise WorkerError(f"the EnvScaler worker process did not start ({len(_START_ATTEMPTS)} tries, "
-                          f"{sum(_START_ATTEMPTS):g} s)")
+        raise SandboxUnavailable(f"the EnvScaler worker process did not start ({len(_START_ATTEMPTS)} tries, "
+                                 f"{sum(_START_ATTEMPTS):g} s; interpreter {INTERPRETER})")
 
     def _try_start(self, seconds: float) -> bool:
         """Start the process and wait for its greeting, which must report the uid it was given; False (and
         nothing left running) if it does not come in time or is wrong."""
         prefix, uid = _sandbox_prefix()
-        command = [*prefix, sys.executable, "-I", "-S", "-B", "-c", _WORKER_FILE.read_text(encoding="utf-8"),
+        command = [*prefix, INTERPRETER, "-I", "-S", "-B", "-c", _WORKER_FILE.read_text(encoding="utf-8"),
                    str(self.memory_mb), str(math.ceil(self.kill_after) + 1)]
         self._proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=subprocess.DEVNULL, cwd="/", start_new_session=True,
@@ -544,8 +540,8 @@ def _sandbox_prefix() -> tuple[list[str], int | None]:
         _warn_once("EnvScaler worker: the host is not root, so dataset code runs under the host's own uid")
         return network, None
     if _SETPRIV is None:
-        raise WorkerError("EnvScaler worker: the host is root but util-linux `setpriv` is missing; install it "
-                          "(dataset code must not run as root)")
+        raise SandboxUnavailable("EnvScaler worker: the host is root but util-linux `setpriv` is missing; install "
+                                 "it (dataset code must not run as root)")
     uid = 200_000 + int.from_bytes(os.urandom(3), "big")
     return [*network, _SETPRIV, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs"], uid
 
@@ -696,6 +692,30 @@ class EnvScalerSuite:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+_CHECK_CLASS = "class Counter:\n    def __init__(self, config):\n        self.count = config['count']\n\n" \
+               "    def add(self, n):\n        self.count += n\n        return self.count\n"
+_CHECK_TRUE = "def check_func(final_state):\n    return final_state['count'] == 5"
+_CHECK_FALSE = "def check_func(final_state):\n    return final_state['count'] == 2"
+
+
+def check_sandbox() -> None:
+    """Raise SandboxUnavailable (one line) unless a worker starts and runs a known environment as it must: a call
+    returns its value, a true state check passes and a false one fails. Stages that play EnvScaler tasks call it
+    before any work: a worker that cannot run dataset code must stop them, never score every episode 0."""
+    worker = EnvScalerWorker()
+    try:
+        handle, created = worker.create(_CHECK_CLASS, "Counter", {"count": 2})
+        seen = [created.ok, handle is not None and worker.call(handle, "add", {"n": 3}, 100).value == "5",
+                handle is not None and worker.check(handle, _CHECK_TRUE).value is True,
+                handle is not None and worker.check(handle, _CHECK_FALSE).value is False]
+    finally:
+        worker.close()
+    if not all(seen):
+        step = ("create", "call", "true check", "false check")[seen.index(False)]
+        raise SandboxUnavailable(f"the EnvScaler worker runs a known environment wrongly (its {step} failed"
+                                 f"{': ' + created.error if not created.ok else ''})")
 
 
 def replay(env: EnvScalerEnvironment, calls: Sequence[Mapping[str, Any]]) -> dict[str, float]:

@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from evaluation.coding.code_blocks import extract_code
 from evaluation.harness import taco_check
-from evaluation.sandbox import SandboxLimits, SandboxResult, run_python
+from evaluation.sandbox import SandboxLimits, SandboxResult, SandboxUnavailable, isolation_mode, run_python
 from lopd.core.jsonl import read_text
 
 SYSTEM_PROMPT = (
@@ -64,7 +64,7 @@ class TestReport:
     passed: bool
     n_passed: int
     n_total: int
-    status: str   # "ok" | "wrong_answer" | "no_code" | "error" | "timeout" | "memory" | "killed" | "sandbox_error"
+    status: str   # "ok" | "wrong_answer" | "no_code" | "error" | "timeout" | "memory" | "killed"
     detail: str   # one line about the first failing test ("" when all pass)
     first_failed: int | None = None  # index of the first failing test (0 when the code did not load); None: all pass
 
@@ -386,6 +386,25 @@ def _last_line(text: str) -> str:
 def _one_line(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+SANDBOX_CHECK = CodingTask(
+    "sandbox-check", "Read two integers and print their sum.", "", None, ("2 3\n", "-4 10\n"), ("5\n", "6\n"),
+    ("import json, sys\na, b = map(int, sys.stdin.read().split())\nprint(json.dumps(a + b))",), "sandbox check")
+"""A task with a known-correct solution (which imports the stdlib, as model code does) and `SANDBOX_WRONG`."""
+SANDBOX_WRONG = "import sys\na, b = map(int, sys.stdin.read().split())\nprint(a - b)"
+
+
+def check_sandbox() -> None:
+    """Raise SandboxUnavailable (one line) unless the sandbox scores a known-correct program right and a known-wrong
+    one wrong through the harness every code reward goes through. Stages that score code call it before any work:
+    a sandbox that cannot run code must stop them, never score correct code 0."""
+    right = run_tests(SANDBOX_CHECK.solutions[0], SANDBOX_CHECK)
+    if not right.passed:
+        raise SandboxUnavailable(f"a known-correct program fails in the sandbox ({isolation_mode()} mode): "
+                                 f"{right.detail}")
+    if run_tests(SANDBOX_WRONG, SANDBOX_CHECK).passed:
+        raise SandboxUnavailable(f"a known-wrong program passes in the sandbox ({isolation_mode()} mode)")
 
 
 def reward(completion: str, task: CodingTask) -> float:

@@ -36,6 +36,31 @@ def emit(marker, obj):
     sys.stdout.flush()
 
 
+def flag_time_limits(ev):
+    """With fast_check, evalplus reports a test that ran past its per-test time limit as a plain "fail". Wrap its
+    time limit so that such an overrun is flagged (in memory its forked child shares): the host then re-checks a
+    sample that failed only by time, which load on the machine can cause. Returns the flag."""
+    import contextlib
+    import multiprocessing
+
+    from evalplus.eval.utils import TimeoutException
+
+    fired = multiprocessing.Value("b", 0, lock=False)
+    real = ev.time_limit
+
+    @contextlib.contextmanager
+    def flagged(seconds):
+        try:
+            with real(seconds):
+                yield
+        except TimeoutException:
+            fired.value = 1
+            raise
+
+    ev.time_limit = flagged
+    return fired
+
+
 def main():
     marker = sys.stdin.readline().strip()
     os.environ["EVALPLUS_MAX_MEMORY_BYTES"] = "-1"  # memory is capped by the sandbox limits
@@ -60,14 +85,16 @@ def main():
             multiprocessing.heap.Arena._dir_candidates = []
             ev.Value = functools.partial(multiprocessing.Value, lock=False)
             ev.Array = functools.partial(multiprocessing.Array, lock=False)
+        overran = flag_time_limits(ev)
         verdict = {"ok": True}
         for stage, inputs in (("base", base_input), ("plus", plus_input)):
+            overran.value = 0
             stat, _ = ev.untrusted_check(
                 p["dataset"], p["solution"], inputs, p["entry_point"],
                 expected=expected[stage], atol=p["atol"], ref_time=expected[stage + "_time"],
                 fast_check=True,
             )
-            verdict[stage] = stat
+            verdict[stage] = ev.TIMEOUT if stat == ev.FAIL and overran.value else stat
             if stat != ev.PASS:  # plus correctness needs base; evalplus' verdict cannot change
                 break
         emit(marker, verdict)

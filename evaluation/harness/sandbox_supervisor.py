@@ -30,37 +30,31 @@ def under(path, top):
     return path == top or path.startswith(top.rstrip("/") + "/")
 
 
-def hide(top, keep, stash):
-    """Cover `top` with an empty tmpfs, then mount the `keep` subtrees back at their old paths."""
-    spots = []
-    for i, path in enumerate(keep):  # bind each kept subtree aside before `top` is covered
-        spot = os.path.join(stash, f".keep{i}")
-        os.mkdir(spot)
+def cover(top, keep, scratch):
+    """Replace `top` by an empty tmpfs that holds only the `keep` subtrees, at their old paths. The tmpfs is
+    built on `scratch` (an existing folder outside `top`'s kept subtrees), then moved over `top` whole, so a kept
+    subtree never depends on a path that the cover has already removed."""
+    mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    for path in keep:
+        spot = os.path.join(scratch, os.path.relpath(path, top))
+        os.makedirs(spot, mode=0o755, exist_ok=True)
         mount(path, spot, None, MS_BIND | MS_REC)
-        spots.append((spot, path))
-    mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
-    for spot, path in spots:
-        os.makedirs(path, mode=0o755, exist_ok=True)
-        mount(spot, path, None, MS_MOVE)
-        os.rmdir(spot)
+    mount(scratch, top, None, MS_MOVE)
 
 
 def isolate_filesystem(workdir, uid, size_mb, hidden, keep):
-    # The caller's files sit in the host's temp dir; read them before a private tmpfs covers it.
+    # The caller's files sit in the host's temp dir; read them before a cover hides it.
     files = {}
     for root, _, names in os.walk(workdir):
         for name in names:
             path = os.path.join(root, name)
             with open(path, "rb") as f:
                 files[os.path.relpath(path, workdir)] = f.read()
-    for top in hidden:  # a hidden dir holding the workdir (/tmp) is covered first, then re-created
-        if under(workdir, top):
-            hide(top, [], None)
-            os.makedirs(workdir, mode=0o700)
+    for top in hidden:  # no two nested (the host keeps the outermost); the workdir is each cover's scratch
+        os.makedirs(workdir, mode=0o700, exist_ok=True)  # again after a cover of its parent (/tmp) removed it
+        cover(top, [k for k in keep if under(k, top)], workdir)
+    os.makedirs(workdir, mode=0o700, exist_ok=True)
     mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size_mb}m,mode=0700,uid={uid},gid={uid}")
-    for top in hidden:
-        if not under(workdir, top):
-            hide(top, [k for k in keep if under(k, top)], workdir)
     # Everything but the workdir read-only and nosuid (setuid binaries would be a way back to root).
     with open("/proc/self/mountinfo") as f:
         mounts = [line.split()[4:6] for line in f]

@@ -6,13 +6,14 @@ Layout of a method's checkpoint folder (e.g. checkpoints/grpo/):
                               relative to this folder ("step-000006/model"), or "base" for vanilla
     step-000006/model/        plain save_pretrained folder (weights + tokenizer) after step 6
     step-000006/trainer_state.pt
-                              step, AdamW state, metric and validation histories, fingerprint, method state, and
+                              step, AdamW state, metric and validation histories, fingerprint, method state, the
+                              run's training time so far (`elapsed_s`, which a resumed run counts on from), and
                               the size of every model file (the completion check)
     step-000005/              the previous checkpoint, kept while training as a fallback (dropped once the run ends)
 
-A finished run (`finish`) keeps only its last step folder, without the AdamW state: that state is twice the
-weights' size (5 GB of a 7.5 GB checkpoint for the 0.5B model), and only resuming needs it. A larger step budget
-therefore resumes an interrupted run but retrains a finished one from the start.
+A finished run (`finish`) keeps only its last step folder, without the AdamW state (twice the weights' size: 5 GB of
+a 7.5 GB checkpoint for the 0.5B model), which only resuming needs, and without its timings and `elapsed_s`, which
+differ between two runs that compute the same weights.
 
 A save writes step N into a fresh `.tmp-*` folder, fsyncs it, renames it to `step-00000N/` and only then commits by
 atomically replacing manifest.json; older folders are deleted after the commit. A kill at any point therefore
@@ -25,7 +26,8 @@ step there only when the run ends. The checkpoint folder is a DVC output, which 
 before it runs a stage, and a queued experiment runs in a fresh copy of the repository: a killed run's steps kept
 there would be lost to the next try. The work folder is beside the checkpoint folder, in the repository DVC was
 started in, under `.resume/`, and named after the run's fingerprint, so only a run of the same config, code and
-inputs finds it (`resume_point`).
+inputs finds it (`resume_point`). Only an interrupted run resumes: a finished run's checkpoint folder is never read
+back, so a forced re-run (`dvc repro -f`, `dvc exp run -f`) or a larger step budget trains from step 0.
 """
 
 from __future__ import annotations
@@ -156,16 +158,24 @@ def work_dir(out_dir: str | Path, fingerprint: dict[str, str]) -> Path:
 
 
 def resume_point(out_dir: str | Path, fingerprint: dict[str, str], steps: int) -> Checkpoint | None:
-    """The checkpoint a run with `fingerprint` and budget `steps` continues from: an unfinished run's last step in its
-    work folder, else the finished run in `out_dir` if it is this run (or one this run extends); None (saying why in
-    one line) if neither will do."""
-    for folder in (work_dir(out_dir, fingerprint), Path(out_dir)):
-        found = load(folder)
+    """The checkpoint a run with `fingerprint` and budget `steps` continues from: the last step an interrupted run of
+    the same fingerprint saved in its work folder, or, where a kill cut that run's `publish` short (its work folder's
+    manifest names a step folder already moved into `out_dir`), that step. None otherwise (saying why in one line
+    when there is a checkpoint it cannot use): a finished run's checkpoint in `out_dir` is never resumed."""
+    work, out_dir = work_dir(out_dir, fingerprint), Path(out_dir)
+    moved = _committed(work)[0]
+    if moved and not (work / moved).exists():
+        folder, found = out_dir, _complete(out_dir / moved)
         if found is None:
-            continue
-        if (reason := stale_reason(found, fingerprint, steps)) is None:
-            return found
-        print(f"{folder}: {reason}; starting fresh")
+            print(f"{work}: its last step was being published into {out_dir}, which no longer holds it; "
+                  "starting fresh")
+    else:
+        folder, found = work, load(work)
+    if found is None:
+        return None
+    if (reason := stale_reason(found, fingerprint, steps)) is None:
+        return found
+    print(f"{folder}: {reason}; starting fresh")
     return None
 
 
@@ -186,11 +196,13 @@ def step_name(step: int) -> str:
 
 def save(out_dir: str | Path, model, tokenizer, optimizer, step: int, history: list[dict], validation: list[dict],
          fingerprint: dict[str, str], method: Method, state_dict: dict[str, torch.Tensor] | None = None,
-         optimizer_state: dict[str, Any] | None = None, adapter: dict[str, torch.Tensor] | None = None) -> Path:
+         optimizer_state: dict[str, Any] | None = None, adapter: dict[str, torch.Tensor] | None = None,
+         elapsed_s: float = 0.0) -> Path:
     """Save step `step` crash-safely (see the module docstring) and return its folder. `state_dict` and
     `optimizer_state`: the model's full weights and the optimizer's full state (`optimizer.state_dict()`'s layout)
     when their own are shards (the training loop gathers them) or merged (a LoRA student), else the model's and the
-    optimizer's. `adapter`: a LoRA student's adapter, which a resume loads onto the base model.
+    optimizer's. `adapter`: a LoRA student's adapter, which a resume loads onto the base model. `elapsed_s`: the
+    run's training time so far, the sessions before a resume included.
 
     No try/finally past the writes: a failure at any point after them must leave exactly what a kill there would.
     """
@@ -206,7 +218,7 @@ def save(out_dir: str | Path, model, tokenizer, optimizer, step: int, history: l
         files = {p.relative_to(tmp).as_posix(): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
         optimizer_state = optimizer.state_dict() if optimizer_state is None else optimizer_state
         torch.save({"step": step, "optimizer": optimizer_state, "history": history, "validation": validation,
-                    "fingerprint": fingerprint,
+                    "fingerprint": fingerprint, "elapsed_s": elapsed_s,
                     "method": method.state_dict(), "files": files, **({"adapter": adapter} if adapter else {})},
                    tmp / TRAINER_STATE)
     except (OSError, SafetensorError, RuntimeError) as err:  # a full disk or a file-size limit, as each writer says it
@@ -243,10 +255,10 @@ def write_manifest(out_dir: str | Path, method: str, steps: int, weights: str) -
 
 
 def finish(out_dir: str | Path, timings: Sequence[str] = ()) -> None:
-    """End a run: keep only the committed step folder and drop its AdamW state (see the module docstring) and the
-    `timings` keys of its histories, so two runs that compute the same weights write the same bytes (DVC then has no
-    reason to re-run what reads them). The trainer state is replaced atomically, so a kill here leaves it with or
-    without the optimizer, never broken."""
+    """End a run: keep only the committed step folder and drop its AdamW state (see the module docstring), its
+    training time and the `timings` keys of its histories, so two runs that compute the same weights write the same
+    bytes (DVC then has no reason to re-run what reads them). The trainer state is replaced atomically, so a kill here
+    leaves it with or without the optimizer, never broken."""
     out_dir = Path(out_dir)
     prune(out_dir, keep=1)
     committed = _committed(out_dir)[0]
@@ -260,10 +272,11 @@ def finish(out_dir: str | Path, timings: Sequence[str] = ()) -> None:
     # checkpoint (each with its own key strings) would otherwise pickle longer than the same rows never saved
     histories = {name: [{sys.intern(k): v for k, v in row.items() if k not in timings} for row in state[name]]
                  for name in ("history", "validation") if name in state}
-    if state.get("optimizer") is None and all(histories[name] == state[name] for name in histories):
+    if state.get("optimizer") is None and "elapsed_s" not in state and all(
+            histories[name] == state[name] for name in histories):
         return
     tmp = _tmp_path(out_dir, TRAINER_STATE)
-    torch.save({**state, "optimizer": None, **histories}, tmp)
+    torch.save({**{k: v for k, v in state.items() if k != "elapsed_s"}, "optimizer": None, **histories}, tmp)
     _fsync(tmp)
     _crash_point("finishing")
     os.replace(tmp, path)
@@ -274,7 +287,7 @@ def publish(work: str | Path, out_dir: str | Path) -> None:
     """Move a finished run's committed step folder from its work folder into `out_dir`, in place of what was there;
     the caller then `discard`s the work folder. The manifest's replacement commits, as in `save`: a kill before the
     move leaves the work folder whole (the next run publishes it again), one after it leaves the step folder in
-    `out_dir`, which `load` falls back to."""
+    `out_dir`, where the next run finds it by the work folder's manifest (`resume_point`) and commits it."""
     work, out_dir = Path(work), Path(out_dir)
     manifest, committed = _read_manifest(work), _committed(work)[0]
     out_dir.mkdir(parents=True, exist_ok=True)

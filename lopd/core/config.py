@@ -326,8 +326,9 @@ class EvalConfig:
     """Samples per task; pass@1 is the mean fraction of correct samples."""
     task_limit: int | None = None
     """Evaluate only the first N tasks of each benchmark (None: all tasks, the paper protocol)."""
-    max_new_tokens: int = 16384
-    """Response budget per sample (paper: 16,384)."""
+    max_new_tokens: int | None = 16384
+    """Response budget per sample on every code benchmark (paper: 16,384); null: each benchmark's own protocol's
+    (HumanEval+ and MBPP+: EvalPlus' 768; LiveCodeBench: its runner's 2,000)."""
     batch_size: int = 32
     """Prompts the hf backend decodes together (vLLM takes a whole code benchmark in one call), and agentic episodes
     alive at once: an agentic evaluation plays its benchmarks of one step cap together, in as few even chunks of at
@@ -338,7 +339,7 @@ class EvalConfig:
     def __post_init__(self) -> None:
         require(self.n_samples >= 1, "eval.n_samples: must be >= 1")
         require(self.task_limit is None or self.task_limit >= 1, "eval.task_limit: must be >= 1 or null")
-        require(self.max_new_tokens >= 1, "eval.max_new_tokens: must be >= 1")
+        require(self.max_new_tokens is None or self.max_new_tokens >= 1, "eval.max_new_tokens: must be >= 1 or null")
         require(self.batch_size >= 1, "eval.batch_size: must be >= 1")
         require(self.workers >= 1, "eval.workers: must be >= 1")
 

@@ -131,7 +131,7 @@ def reuse_freed_memory() -> None:
     `release_freed_memory` hands it back at the end of a phase. By default a block over 32 MB (a [rows, vocabulary]
     logits block in every sampling step, an MLP's activations over a prefill chunk or a micro-batch, a loss chunk) is
     a fresh mapping, unmapped when freed, so each step page-faults its temporaries in again: on 2 Zen 5 cores that
-    took a fifth of a code evaluation's sampling and a sixth of a GRPO update (`python scripts/bench_malloc.py`).
+    took a fifth of a code evaluation's sampling and a sixth of a GRPO update (`python scripts/bench/bench_malloc.py`).
     The same bytes are computed, elsewhere in memory (weights and sampled tokens identical, measured there). Once per
     process, before its work (`pipelines.common.run_stage`); a no-op without glibc."""
     global _malloc_mode

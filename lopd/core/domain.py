@@ -7,6 +7,11 @@ from pathlib import Path
 from typing import Callable
 
 
+class SandboxUnavailable(RuntimeError):
+    """The sandbox that scores a domain (model-written code, dataset environments) cannot run at all; the message
+    says why. Nothing is scored then, not even as a failure: the stage stops with this one line."""
+
+
 @dataclass(frozen=True)
 class Domain:
     """A training domain (`code` or `agentic`) and where its stages' outputs live."""

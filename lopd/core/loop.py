@@ -230,7 +230,11 @@ class Run:
     steps: int
     tasks_per_step: int
     resumed: checkpoint.Checkpoint | None
+    started: float
+    """When this session of the run began (`time.perf_counter`)."""
     start_step: int = 0
+    elapsed_before: float = 0.0
+    """The run's training time in its sessions before this one (a resumed run's, from its checkpoint)."""
     history: list[dict] = field(default_factory=list)
     validated: list[dict] = field(default_factory=list)
     sampled: SampledValidation | None = None
@@ -250,22 +254,26 @@ class Run:
         if self.accelerator.is_main_process:
             write(line)
 
+    def elapsed(self) -> float:
+        """The run's training time so far, in seconds: this session's and the sessions' before a resume."""
+        return self.elapsed_before + time.perf_counter() - self.started
+
 
 def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts, base_dir: str | Path,
           out_dir: str | Path, tracker: Tracker | None = None,
           stage_modules: Sequence[str] = (checkpoint.STAGE_MODULE,), validation: Sequence[Task] = (),
           sampled: SampledValidation | None = None, step0: dict | None = None) -> dict:
     """Run (or resume) the on-policy loop; returns {"history": [per-step metrics], "validation": [reward on the
-    `validation` tasks at step 0, every train.val_every steps and the last step]} (a resumed run's include the
-    steps before the resume). Validation is greedy, one sample per task, unless `sampled` says otherwise; `step0` is
-    the step-0 point measured already that way on the same weights (`validate`'s result), taken instead of measuring
-    it again.
+    `validation` tasks at step 0, every train.val_every steps and the last step], "elapsed_s": the run's training
+    time in seconds} (a resumed run's include the steps and the time before the resume). Validation is greedy, one
+    sample per task, unless `sampled` says otherwise; `step0` is the step-0 point measured already that way on the
+    same weights (`validate`'s result), taken instead of measuring it again.
     `stage_modules` are the modules the calling stage runs (pipelines.common.stage_modules): with the method's
     module, their import closure is the code a checkpoint must match to be resumed."""
     out_dir = Path(out_dir)
     if not method.trains:
         checkpoint.write_manifest(out_dir, method.name, 0, weights="base")
-        return {"history": [], "validation": []}
+        return {"history": [], "validation": [], "elapsed_s": 0.0}
     run = setup(cfg, method, tasks, base_dir, out_dir, stage_modules, tracker)
     run.sampled, run.step0 = sampled, step0
     run.log(f"[{method.name}] training on {device()} x {run.world} process(es), rollouts by "
@@ -287,13 +295,14 @@ def train(cfg: Config, method: Method, tasks: Sequence[Task], collect: Rollouts,
             save_run(run, step + 1)
     bar.close()
     finish(run)
-    return {"history": run.history, "validation": run.validated}
+    return {"history": run.history, "validation": run.validated, "elapsed_s": run.elapsed()}
 
 
 def setup(cfg: Config, method: Method, tasks: Sequence[Task], base_dir: str | Path, out_dir: Path,
           stage_modules: Sequence[str], tracker: Tracker | None) -> Run:
     """Everything a run needs before its first step: the student (from the checkpoint to resume, if one matches),
     the method, AdamW, the accelerator's wrapping and the rollout engine; the tracker's run (continued on a resume)."""
+    started = time.perf_counter()
     accelerator = Accelerator(cpu=device().type == "cpu", mixed_precision=mixed_precision(cfg.train.mixed_precision))
     tasks_per_step = cfg.train.rollouts_per_step // method.rollouts_per_task
     check_split(tasks_per_step, accelerator.num_processes)
@@ -319,7 +328,7 @@ def setup(cfg: Config, method: Method, tasks: Sequence[Task], base_dir: str | Pa
     if is_lora(model) and accelerator.num_processes > 1:
         synchronise_only(model, trainable(model))
     run = Run(cfg, method, accelerator, tokenizer, model, optimizer, None, out_dir,
-              checkpoint.work_dir(out_dir, fingerprint), fingerprint, steps, tasks_per_step, resumed)
+              checkpoint.work_dir(out_dir, fingerprint), fingerprint, steps, tasks_per_step, resumed, started)
     if resumed:
         restore(run, sharded)
     if sharded:  # no DDP wrapper: accelerate only adds its autocast to the forward (what evaluation_mode does)
@@ -349,7 +358,8 @@ def load_student(cfg: Config, model_dir: str | Path, sharded: bool) -> torch.nn.
 
 def restore(run: Run, sharded: bool) -> None:
     """Continue from `run.resumed`: its AdamW state (None in a finished run: `checkpoint.finish`), the method's own
-    state, the step counter and the history so far."""
+    state, the step counter, the history so far and the training time before it (none kept in a finished run: a run
+    killed as it published counts from its resume)."""
     resumed = run.resumed
     if resumed.state["optimizer"] is not None:
         if sharded:
@@ -360,6 +370,7 @@ def restore(run: Run, sharded: bool) -> None:
     if is_lora(run.model):
         load_adapter_state(run.model, resumed.state["adapter"])
     run.start_step, run.history, run.validated = resumed.step, resumed.state["history"], resumed.state["validation"]
+    run.elapsed_before = resumed.state.get("elapsed_s", 0.0)
     print(f"resuming {run.method.name} from step {run.start_step}")
 
 
@@ -449,8 +460,8 @@ def step_metrics(trajectories: Sequence[Trajectory], previous_tokens: int, cumul
 
 def finish(run: Run) -> None:
     """Close the run: its last step, without the fallback folder, the AdamW state and the timings, which a finished
-    run no longer needs, goes from the work folder to the checkpoint folder. A run that found its finished
-    checkpoint there (re)commits it: it may have been a fallback from a broken manifest."""
+    run no longer needs, goes from the work folder to the checkpoint folder. A run that found its last step there
+    already (a kill cut its publish short: `checkpoint.resume_point`) commits it."""
     published = run.start_step == run.steps and run.resumed is not None and run.resumed.dir.parent == run.out_dir
     if run.start_step == run.steps and not run.resumed:
         save_run(run, 0)
@@ -466,17 +477,24 @@ def finish(run: Run) -> None:
 
 
 def save_run(run: Run, step: int) -> None:
-    save(run.accelerator, run.work_dir, run.model, run.tokenizer, run.optimizer, step, run.history, run.validated,
-         run.fingerprint, run.method)
+    """Save step `step` into the run's work folder; a failed first save leaves no (empty) work folder behind."""
+    first = not run.work_dir.exists()
+    try:
+        save(run.accelerator, run.work_dir, run.model, run.tokenizer, run.optimizer, step, run.history, run.validated,
+             run.fingerprint, run.method, run.elapsed())
+    except checkpoint.UnwritableOutput:
+        if first:
+            checkpoint.discard(run.work_dir)
+        raise
 
 
 def save(accelerator: Accelerator, out_dir: Path, model, tokenizer, optimizer, step: int, history: list[dict],
-         validation: list[dict], fingerprint: dict[str, str], method: Method) -> None:
+         validation: list[dict], fingerprint: dict[str, str], method: Method, elapsed_s: float) -> None:
     """Gather the full weights on every process and a sharded optimizer state on the main one (collective), then the
     main process writes the checkpoint."""
     weights = full_state_dict(model)
     optimizer_state = full_optimizer_state(model, optimizer) if isinstance(unwrap(model), FSDPModule) else None
     if accelerator.is_main_process:
         checkpoint.save(out_dir, base_module(model), tokenizer, optimizer, step, history, validation, fingerprint,
-                        method, weights, optimizer_state, adapter_state(model) if is_lora(model) else None)
+                        method, weights, optimizer_state, adapter_state(model) if is_lora(model) else None, elapsed_s)
     accelerator.wait_for_everyone()

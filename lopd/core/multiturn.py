@@ -21,6 +21,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from transformers import PreTrainedTokenizerBase
 
+from lopd.core.domain import SandboxUnavailable
 from lopd.core.progress import progress
 from lopd.core.rollout import Rollouts, Task, encode_prompt
 from lopd.core.sampling import RolloutBackend, SamplingParams
@@ -321,6 +322,8 @@ def _observe(ep: _Episode, text: str, tool_call_format: str) -> list[dict[str, s
         ep.seen_calls.add(key)
         try:
             observation = ep.env.call_tool(call.name, call.arguments)
+        except SandboxUnavailable:  # not the episode's failure: the stage stops
+            raise
         except Exception as err:  # an environment bug must not end a batch of rollouts
             observation = f"Error: the tool raised {type(err).__name__}: {str(err)[:200]}"
         ep.actions.append((call, observation))
@@ -331,6 +334,8 @@ def _observe(ep: _Episode, text: str, tool_call_format: str) -> list[dict[str, s
         return [{"role": "tool", "content": "Error: " + "; ".join(step.errors)}]
     try:
         return ep.env.reply(text)
+    except SandboxUnavailable:  # not the episode's failure: the stage stops
+        raise
     except Exception as err:
         ep.done = "env_error"
         ep.env_error = f"{type(err).__name__}: {str(err)[:200]}"
@@ -392,6 +397,8 @@ def run_episodes(backend: RolloutBackend, tokenizer: PreTrainedTokenizerBase,
 def _finish(ep: _Episode) -> Trajectory:
     try:
         scores = ep.env.score()
+    except SandboxUnavailable:  # not the episode's failure: the stage stops
+        raise
     except Exception as err:  # scored as a failure, and said so
         scores = {"reward": 0.0, "score_error": 1.0}
         print(f"warning: scoring {ep.task_id} failed: {type(err).__name__}: {err}", flush=True)

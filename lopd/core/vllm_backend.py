@@ -156,7 +156,8 @@ def _use_top_k_top_p_cpu() -> None:
 @contextlib.contextmanager
 def vocabulary_sort_sampler() -> Iterator[None]:
     """Within: vLLM's CPU sampler is vLLM's own (the sort over each row's vocabulary), as it was before
-    `top_k_top_p_cpu`: for measuring the two side by side (scripts/bench_cpu.py, scripts/bench_profile_rollouts.py)."""
+    `top_k_top_p_cpu`: for measuring the two side by side (scripts/bench/bench_cpu.py,
+    scripts/bench/bench_profile_rollouts.py)."""
     from vllm.v1.sample.ops import topk_topp_sampler as sampler
 
     top_k_first = sampler.apply_top_k_top_p

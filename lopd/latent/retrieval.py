@@ -1,9 +1,9 @@
 """Asymmetric dense retrieval over the experience bank (paper Appendix B.1).
 
 Documents embed `[task; trace]`, queries embed the task text behind an instruction prefix; both are
-unit-normalised, so FAISS `IndexFlatIP` is exact cosine search. Query vectors are computed once per
-training task by the build_bank stage and cached, so training never loads the embedder (unless the
-bank grows during training).
+unit-normalised, so FAISS `IndexFlatIP` is cosine search (to the stored vectors' grid, `round_vectors`). Query vectors
+are computed once per training task by the build_bank stage and cached, so training never loads the embedder (unless
+the bank grows during training). The stored vectors, and so the bank's bytes, are the same on any CPU.
 """
 
 from __future__ import annotations
@@ -19,6 +19,13 @@ from transformers import AutoModel, AutoTokenizer
 from lopd.latent.bank import BankEntry, read_bank
 
 EMBEDDED_MINILM = "all-minilm-l6-v2"
+VECTOR_GRID = 2.0 ** -16
+"""The spacing an embedding's components are stored at (`round_vectors`). Computed in float64, a component differs
+between thread counts, batch sizes and CPU kinds (BLAS blocking, SIMD widths, math kernels) by about 1e-16 to 1e-15,
+so it rounds to another grid point with a probability of about 1e-10: a bank of ten million numbers comes out the same
+on any CPU but about once in a thousand rebuilds. Float32 kernels differ by about 1e-7: a component would cross a grid
+point about once in a hundred. The rounding moves a cosine by about 5e-6 (at most 3e-5 over the 294k query-document
+pairs of the EvalPlus tasks), so it reorders only entries whose cosines tie to within that (docs/lopd.md)."""
 
 
 def document_text(entry: BankEntry) -> str:
@@ -29,10 +36,18 @@ def query_text(task: str, instruction: str) -> str:
     return f"Instruct: {instruction}\nQuery: {task}"
 
 
+def round_vectors(vectors: np.ndarray) -> np.ndarray:
+    """Embeddings as stored: each component rounded to the nearest multiple of VECTOR_GRID (a tie to the even one),
+    as float32, which holds every multiple within [-1, 1] exactly; -0.0 becomes 0.0, so the bytes depend only on
+    the values."""
+    return (np.round(np.asarray(vectors, dtype=np.float64) / VECTOR_GRID) * VECTOR_GRID + 0.0).astype(np.float32)
+
+
 class TextEmbedder:
     """Unit-norm sentence embeddings: the embedded all-MiniLM-L6-v2 (mean pooling, as the
     sentence-transformers model is defined) or any Hugging Face embedder with last-token pooling
-    (the Qwen3-Embedding family)."""
+    (the Qwen3-Embedding family). On a CPU the model runs in float64 and the vectors come rounded to VECTOR_GRID
+    (`round_vectors`): the same bytes on any CPU, at any thread count and batch size."""
 
     def __init__(self, name: str, batch_size: int = 32):
         if name == EMBEDDED_MINILM:
@@ -41,9 +56,9 @@ class TextEmbedder:
         else:
             path, self.pooling, self.max_length = name, "last", 8192
         self.tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left" if self.pooling == "last" else "right")
-        # An 8B embedder wants an accelerator; the embedded MiniLM runs anywhere in fp32.
+        # An 8B embedder wants an accelerator; on a CPU float64, whose rounding noise lies far below VECTOR_GRID.
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
+        dtype = torch.bfloat16 if self.device == "cuda" else torch.float64
         self.model = AutoModel.from_pretrained(path, dtype=dtype).to(self.device).eval()
         self.batch_size = batch_size
 
@@ -53,13 +68,13 @@ class TextEmbedder:
         for start in range(0, len(texts), self.batch_size):
             enc = self.tokenizer(list(texts[start:start + self.batch_size]), padding=True, truncation=True,
                                  max_length=self.max_length, return_tensors="pt").to(self.device)
-            hidden_B_L_D = self.model(**enc).last_hidden_state.float()
-            mask_B_L_1 = enc["attention_mask"][..., None].float()
+            hidden_B_L_D = self.model(**enc).last_hidden_state.double()
+            mask_B_L_1 = enc["attention_mask"][..., None].double()
             if self.pooling == "mean":
                 pooled_B_D = (hidden_B_L_D * mask_B_L_1).sum(1) / mask_B_L_1.sum(1).clamp(min=1)
             else:  # left padding: the last position is every row's last real token
                 pooled_B_D = hidden_B_L_D[:, -1]
-            out.append(torch.nn.functional.normalize(pooled_B_D, dim=-1).cpu().numpy())
+            out.append(round_vectors(torch.nn.functional.normalize(pooled_B_D, dim=-1).cpu().numpy()))
         return np.concatenate(out) if out else np.zeros((0, 0), dtype=np.float32)
 
 
@@ -100,6 +115,8 @@ class Retriever:
 
 
 def save_vectors(path: str | Path, ids: Sequence[str], vectors: np.ndarray) -> None:
+    """An .npz of `ids` and `vectors` (float32): its bytes depend on them only (np.savez dates every member
+    1980-01-01, not when it was written)."""
     np.savez(path, ids=np.array(list(ids), dtype=str), vectors=vectors.astype(np.float32))
 
 

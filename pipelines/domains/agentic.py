@@ -6,10 +6,16 @@ import contextlib
 import sys
 from typing import Iterator
 
-from evaluation.agentic import envscaler_split
+from evaluation.agentic import envscaler, envscaler_split
 from lopd.core.config import Config
 from lopd.core.multiturn import multi_turn
 from lopd.core.rollout import TrainingSplit
+
+
+def check_sandbox() -> None:
+    """Raise SandboxUnavailable unless the EnvScaler worker runs a known environment right
+    (`envscaler.check_sandbox`): a stage that plays tool-use tasks calls it before any work."""
+    envscaler.check_sandbox()
 
 
 @contextlib.contextmanager

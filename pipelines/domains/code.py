@@ -12,6 +12,12 @@ from lopd.core.config import Config, resolve_path
 from lopd.core.rollout import ScoreFn, Task, TrainingSplit, hold_out, single_turn
 
 
+def check_sandbox() -> None:
+    """Raise SandboxUnavailable unless the sandbox scores a known-correct program right and a known-wrong one wrong
+    (`taco.check_sandbox`): a stage that scores code calls it before any work."""
+    taco.check_sandbox()
+
+
 def coding_tasks(cfg: Config) -> list[taco.CodingTask]:
     """The coding training split: a user's TACO file, else the built-in set."""
     try:

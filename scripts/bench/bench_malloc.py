@@ -15,7 +15,7 @@ prepared model (models/base) with the cpu profile:
 - the process's peak RSS.
 `heap_over_mapped` holds the ratios (`sampling`: the evaluation's call; `train_step_sampling`: the training step's);
 `same_weights`, `same_completions` and `same_train_step_tokens` say whether the numbers are the same.
-Run: python scripts/bench_malloc.py [--sequences 4] [--updates 3] [--eval-tasks 64] [--out PATH]   (~12 min)
+Run: python scripts/bench/bench_malloc.py [--sequences 4] [--updates 3] [--eval-tasks 64] [--out PATH]   (~12 min)
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 VARIANTS = ("mapped", "heap")
@@ -46,7 +46,7 @@ def measure_updates(sequences: int, updates: int) -> dict:
     from lopd.core.domain import Domain
     from lopd.core.loop import load_student, policy_optimizer, update
     from pipelines.common import BASE_MODEL_DIR
-    from scripts.bench_cpu import batch
+    from scripts.bench.bench_cpu import batch
 
     cfg = resolve({"profile": "cpu"})
     use_cpu_matmul(cfg.model.cpu_matmul)
@@ -79,7 +79,7 @@ def measure_sampling(eval_tasks: int) -> dict:
     from pipelines.common import BASE_MODEL_DIR
     from pipelines.domains.code import training_tasks
     from pipelines.evaluate import code_benchmark, evaluate_together, protocol_groups
-    from scripts.bench_profile_rollouts import measure_train_step
+    from scripts.bench.bench_profile_rollouts import measure_train_step
 
     cfg = resolve({"profile": "cpu", "eval": {"task_limit": eval_tasks}})
     tokenizer = load_tokenizer(BASE_MODEL_DIR)

@@ -21,12 +21,13 @@ Each records its wall time, sampled tokens and mean completion length: what a ro
 profile's budget, which the engines' token rates (rollout.json, gpu.json) do not say.
 On a CPU engine every part is measured twice in the run, side by side: with the backend's sampler (`top_k_first`,
 `top_k_top_p_cpu`) and, under `vocabulary_sort`, with vLLM's own, which runs recorded before it sampled with
-(`make estimate --check` compares such a run with the rates it sampled at). `same_sampled_tokens`: each part
+(`scripts/estimate.py --check` compares such a run with the rates it sampled at). `same_sampled_tokens`: each part
 sampled as many tokens with both (the tokens themselves are compared in tests/test_vllm_backend.py).
 `--parts` measures some parts only and keeps the profile's other parts as the file holds them: `train_step` is the code
 training step alone with the backend's sampler, which with `agentic` is the same work timed on another machine in a
-few minutes (`make estimate --check --record-rollouts FILE`: the sampling speed of the machine that recorded a run).
-Run: python scripts/bench_profile_rollouts.py [--profile cpu] [--eval-tasks 64] [--parts code train_step agentic]
+few minutes (`scripts/estimate.py --check --record-rollouts FILE`: the sampling speed of the machine that recorded a
+run).
+Run: python scripts/bench/bench_profile_rollouts.py [--profile cpu] [--eval-tasks 64] [--parts code train_step agentic]
   [--out FILE]   (15 minutes on 2 cores with one tool-use play, before the other two; train_step alone 3 on a
   slower Zen 3; agentic alone, its three plays, 3.5 on a Zen 5)
 """
@@ -41,7 +42,7 @@ from pathlib import Path
 
 from accelerate import Accelerator, PartialState
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from baselines.config import GRPOConfig  # noqa: E402

@@ -16,7 +16,8 @@ Each variant runs in a fresh process:
 - `lora`: the loop as it is with a LoRA student (`train.lora_rank` = `--lora-rank`, default 16): no gradients or
   AdamW state for the base weights, and the EMA or frozen teacher shares the student's base instead of a copy.
 Needs models/base, and for LOPD bank/ and checkpoints/composer (`dvc repro cold_start`).
-Run: python scripts/bench_loop_memory.py [--method lopd] [--rollouts 4] [--variants shipped unreleased] [--out PATH]
+Run: python scripts/bench/bench_loop_memory.py [--method lopd] [--rollouts 4] [--variants shipped unreleased]
+                                              [--out PATH]
 e.g. the LoRA comparison: --method sdpo --variants shipped lora --out reports/perf/loop_memory_lora.json
 """
 

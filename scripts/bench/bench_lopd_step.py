@@ -16,7 +16,7 @@
 
 The composer is a seeded initialisation (its cost does not depend on its weights), so no cold start is needed.
 Needs models/base (or --model NAME, built once into ~/.cache/lopd-suite/bench-models/) and bank/.
-Run: python scripts/bench_lopd_step.py [--model smollm2-135m] [--rollouts N] [--positions 4096] [--skip-step]
+Run: python scripts/bench/bench_lopd_step.py [--model smollm2-135m] [--rollouts N] [--positions 4096] [--skip-step]
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ stage's validation points (step 0, every `train.val_every` steps and the last) c
 by that machine's speed over this one's (both sampling the recorded run's first GRPO batch: the same tasks, seed and
 settings), the bank samples fewer training tasks, and DVC's own work adds DVC_STAGE_OVERHEAD_S a stage (measured on
 the recorded run: docs/results.md).
-Run: python scripts/bench_validation.py [--profile cpu] [--counts 32 64 96]  (about 10 minutes on 2 cores)
+Run: python scripts/bench/bench_validation.py [--profile cpu] [--counts 32 64 96]  (about 10 minutes on 2 cores)
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import numpy as np
 import yaml
 from accelerate import Accelerator
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from baselines.config import GRPOConfig  # noqa: E402
@@ -39,9 +39,11 @@ from pipelines.common import BASE_MODEL_DIR, run_stage  # noqa: E402
 from pipelines.domains.code import training_tasks  # noqa: E402
 
 sys.path.insert(0, str(REPO / "scripts"))
-from estimate import RECORD, recorded_file, train_stage, validation_points  # noqa: E402
+from estimate import recorded_file, train_stage, validation_points  # noqa: E402
 
 OUT = REPO / "reports" / "perf" / "validation_cost.json"
+RECORD = REPO / "reports" / "perf" / "default_run_wall_time.json"
+"""The recorded default run the prediction is for: the complete one (scripts/wall_time.py's default output)."""
 LOCK = REPO / "dvc.lock"
 DVC_STAGE_OVERHEAD_S = 10.0
 """DVC's own work around a stage (hashing, caching, starting its process): the recorded run's last `dvc repro` ran

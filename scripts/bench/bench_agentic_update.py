@@ -8,7 +8,7 @@ given a memory cap, above which it is reported as not fitting instead of taking 
 fails otherwise stops the script there, with its error.
 LOPD uses a bank of 5 oracle-pool traces (so the composer trains and the teacher needs its graph) and the
 agentic composer checkpoint. Needs models/base, pool_agentic/ and checkpoints/agentic/composer.
-Run: python scripts/bench_agentic_update.py [--variants grpo:on grpo:off lopd:on] [--cap-gb 20]
+Run: python scripts/bench/bench_agentic_update.py [--variants grpo:on grpo:off lopd:on] [--cap-gb 20]
 """
 
 from __future__ import annotations

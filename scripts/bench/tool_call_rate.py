@@ -8,7 +8,7 @@ Reported per format: the share of first steps holding a well-formed call, with i
 holding only a malformed call attempt. Later steps depend on the format the driver played with (`--play-format`,
 default lenient: a fenced call is executed and the episode goes on), so their rates are reported separately.
 
-Run: python scripts/tool_call_rate.py [--model-dir models/base] [--steps 3] [--samples 1] [--step-tokens 256]
+Run: python scripts/bench/tool_call_rate.py [--model-dir models/base] [--steps 3] [--samples 1] [--step-tokens 256]
      [--task-limit N] [--profile cpu]
 """
 

@@ -5,7 +5,7 @@ moments (5 GB for the 0.5B model) sat beside the live run and had the kernel kil
 runs there; `finish` reads the file memory-mapped instead. This writes a trainer state with `--gb` GB of moments in
 one fresh process and finishes it in another, once as `finish` does (mmap) and once reading it whole (plain), and
 records each one's peak RSS (separate processes: a child's ru_maxrss can carry its parent's).
-Run: python scripts/bench_checkpoint_finish.py [--gb 2]
+Run: python scripts/bench/bench_checkpoint_finish.py [--gb 2]
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "reports" / "perf" / "checkpoint_finish.json"
 WRITE_STATE = """
 import sys, torch

@@ -12,7 +12,7 @@ Measures on the same batch of coding prompts (batch 32 by default):
 It measures the model in --model-dir (models/base: the configured model, Qwen2.5-Coder-0.5B on the cpu profile) and
 records its origin; on 2 cores the defaults take long with a 0.5B model (HF decodes ~10 tokens/s), so smaller
 --batch / --new-tokens give a quicker look.
-Run: python scripts/bench_rollout.py [--model-dir models/base] [--batch 32] [--new-tokens 128] [--dtype float32]
+Run: python scripts/bench/bench_rollout.py [--model-dir models/base] [--batch 32] [--new-tokens 128] [--dtype float32]
 """
 
 from __future__ import annotations

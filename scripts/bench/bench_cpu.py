@@ -18,7 +18,7 @@ On the machine at hand and the model in --model-dir (models/base: the cpu profil
   top-k / top-p through each row's top k (the backend's) against vLLM's sort over the vocabulary (the same draws),
   and the one call on a bfloat16 engine (`sampling.dtype: bfloat16`) where the CPU has bf16 units.
 `pays` says which path is faster here. Every ratio comes from this one run. Run:
-  python scripts/bench_cpu.py [--model-dir models/base] [--batch 8] [--response-tokens 256]
+  python scripts/bench/bench_cpu.py [--model-dir models/base] [--batch 8] [--response-tokens 256]
       [--sections update adamw sampling]
 """
 

@@ -15,7 +15,7 @@ GEMM rate on the stages' matmul path (`model.cpu_matmul`) at the encoder's width
 per position for a forward pass; a pass with gradients counts 3 forward passes (the forward, activation
 checkpointing's recomputation, the backward to the inputs: the backbone is frozen, the adapter's own gradients are
 small). Attention and the output layer are not counted.
-Run: python scripts/bench_composer.py [--tasks 32] [--steps 3] [--out reports/perf/composer.json]
+Run: python scripts/bench/bench_composer.py [--tasks 32] [--steps 3] [--out reports/perf/composer.json]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Iterator
 import torch
 from transformers import AutoConfig
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 import lopd.latent.cold_start as cold_start_module  # noqa: E402
@@ -45,7 +45,7 @@ from lopd.latent.context import LatentContextBackend, trained_composer  # noqa: 
 from lopd.latent.retrieval import TextEmbedder, load_bank  # noqa: E402
 from pipelines.common import BASE_MODEL_DIR, DOMAINS, run_stage, training_domain  # noqa: E402
 from pipelines.evaluate import code_benchmark  # noqa: E402
-from scripts.bench_cpu import cpu_info, gemm_gflops  # noqa: E402
+from scripts.bench.bench_cpu import cpu_info, gemm_gflops  # noqa: E402
 
 BENCHMARKS = ("humaneval_plus", "mbpp_plus")
 

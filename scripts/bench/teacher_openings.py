@@ -8,7 +8,7 @@ Why SDFT's completions run to the length cap (docs/results.md, "The learning rac
 response of your own, including the thinking process", so its teacher opens with prose where the student opens with
 code, and distilling towards it lengthens every completion.
 
-Run: python scripts/teacher_openings.py [--model-dir models/base] [--samples 4 --max-new-tokens 1024]
+Run: python scripts/bench/teacher_openings.py [--model-dir models/base] [--samples 4 --max-new-tokens 1024]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from baselines.opsd import OPSD  # noqa: E402

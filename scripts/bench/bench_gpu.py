@@ -26,7 +26,7 @@ tokenizer. Every figure is measured side by side in this one run:
 `--size tiny` runs the same code on tiny versions of the architectures and lengths (the CPU check in `make test`:
 code paths only, no numbers worth keeping). A part that fails (out of memory, an engine missing) is recorded with
 its reason; the script still writes the rest.
-Run: python scripts/bench_gpu.py [--size real|tiny] [--parts rollout update] [--tokenizer DIR] [--out FILE]
+Run: python scripts/bench/bench_gpu.py [--size real|tiny] [--parts rollout update] [--tokenizer DIR] [--out FILE]
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from accelerate import Accelerator
 from accelerate.state import AcceleratorState
 from transformers import AutoConfig, AutoModelForCausalLM
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from baselines.grpo import GRPO  # noqa: E402

@@ -17,8 +17,8 @@ release: n/a), in a scratch folder so that no output of the repository is touche
 `dvc exp run -S profile=smoke`, then `-S margin=0.02` on top (MLflow on, a fresh store): the numbers in
 docs/experiments.md.
 
-Run: python scripts/bench_stage_startup.py [--repeats 3]   (writes reports/perf/stage_startup.json)
-     python scripts/bench_stage_startup.py --dag           (~12 min; writes reports/perf/smoke_dag.json)
+Run: python scripts/bench/bench_stage_startup.py [--repeats 3]   (writes reports/perf/stage_startup.json)
+     python scripts/bench/bench_stage_startup.py --dag           (~12 min; writes reports/perf/smoke_dag.json)
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 OUT = REPO_ROOT / "reports" / "perf" / "stage_startup.json"
 DAG_OUT = REPO_ROOT / "reports" / "perf" / "smoke_dag.json"
 MODULES = ("prepare_model", "train", "evaluate", "evaluate_agentic", "report")

@@ -8,7 +8,7 @@ played twice, side by side in one run, with the same seed and a fresh prefix cac
 Each records its wall time, episodes, policy steps and sampled tokens; `speedup` is apart's wall over together's.
 `make estimate` reads together's seconds per episode for the evaluation stages of the profile measured. The draws
 differ between the two (a step's batch holds other rows), so the scores are not compared.
-Run: python scripts/bench_agentic_eval.py [--profile cpu]  (about 15 minutes on 2 cores)
+Run: python scripts/bench/bench_agentic_eval.py [--profile cpu]  (about 15 minutes on 2 cores)
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from accelerate import PartialState
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from evaluation.agentic.benchmarks import load_benchmark  # noqa: E402
