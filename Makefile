@@ -4,8 +4,8 @@ SHELL := /bin/bash
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 .DEFAULT_GOAL := help
 
-.PHONY: help setup reproduce test smoke learn bench bench-rollout bench-gpu estimate exps compare gpu-check fig3 fig4 \
-	fig5
+.PHONY: help setup reproduce test smoke learn learn-tool check-harness bench bench-rollout bench-gpu estimate exps \
+	compare gpu-check fig3 fig4 fig5
 
 help: ## this list
 	@echo "Targets:"
@@ -34,11 +34,21 @@ test: setup ## ruff and the test suite
 smoke: setup ## the whole DAG on the smoke profile, as a DVC experiment (minutes)
 	dvc exp run -S profile=smoke
 
-# The learning race (pipelines/learn/dvc.yaml, which `dvc repro` alone does not run): every trained method on the same
-# held-in coding tasks, measured on them as it trains, with two controls (update off; GRPO's advantages negated).
-# Each stage resumes; a killed run loses at most its last measurement interval.
-learn: setup ## the learning race (pipelines/learn/dvc.yaml)
+# The learning races (pipelines/learn/dvc.yaml, which `dvc repro` alone does not run): every trained method on the same
+# held-in tasks, measured on them as it trains, with two controls (update off; GRPO's advantages negated); `make learn`
+# runs both races (coding tasks; tool-use episodes), `make learn-tool` the tool-use race alone. Each stage resumes; a
+# killed run loses at most its last measurement interval.
+learn: setup ## both learning races, code and tool use (pipelines/learn/dvc.yaml)
 	dvc repro pipelines/learn/dvc.yaml
+
+learn-tool: setup ## the tool-use learning race alone (learn_tool_select, learn_tool@<run>, learn_tool_report)
+	dvc repro pipelines/learn/dvc.yaml:learn_tool_report
+
+# The harness check (pipelines/check/dvc.yaml; docs/agentic.md, "The harness check"): a scripted policy writing each
+# task's ground truth in the model's tool-call format, and a null one, through the driver, parser and scorers the
+# model's episodes go through, on every tool-use benchmark and the code scorers (minutes; the tokenizer, no weights).
+check-harness: setup ## scripted vs null policy through the scoring harness -> reports/tables/harness_check.{csv,md}
+	dvc repro pipelines/check/dvc.yaml
 
 # The CPU's fast paths side by side (scripts/bench/bench_cpu.py: GEMM paths, the update on each, AdamW, sampling
 # batches; reports/perf/cpu.json); the rollout engines against each other (scripts/bench/bench_rollout.py;

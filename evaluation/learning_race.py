@@ -1,13 +1,16 @@
-"""The learning race (`make learn`): which held-in tasks it trains on, and what its curves show.
+"""The learning races (`make learn`: coding tasks; `make learn-tool`: tool-use episodes): which held-in tasks a race
+trains on, and what its curves show.
 
-Every method trains on the same few held-in coding tasks and is measured on those same tasks as it goes (the mean
-reward of k samples per task). The task set is chosen from the base model's pass rates; a run's curve is judged by the
-paired change of its held-in reward from step 0, and by the rollouts it needed to reach GRPO's final held-in reward.
+Every method trains on the same few held-in tasks and is measured on those same tasks as it goes (the mean reward of k
+samples per task). The task set is chosen from the spread of the base model's rewards over its samples of each
+candidate; a run's curve is judged by the paired change of its held-in reward from step 0, and by the rollouts it
+needed to reach GRPO's final held-in reward.
 """
 
 from __future__ import annotations
 
 import hashlib
+from fractions import Fraction
 from typing import Sequence
 
 import numpy as np
@@ -20,34 +23,50 @@ OBJECTIVES = (("kl_mean", "KL to teacher"), ("privilege_margin", "Δ"), ("beta_n
 to their teacher, and LOPD's privileged margin Δ and dual β (after the step)."""
 
 
-def select_tasks(pass_rates: dict[str, float], n: int) -> list[str]:
-    """The held-in tasks: of those whose pass rate lies strictly between 0 and 1, the `n` closest to 1/2 (where a
-    group of rollouts disagrees most often), ties by the sha256 of the task id; in that order."""
-    qualifying = [task for task, rate in pass_rates.items() if 0.0 < rate < 1.0]
-    ranked = sorted(qualifying, key=lambda task: (abs(pass_rates[task] - 0.5),
+def sample_rewards(task_ids: Sequence[str], rewards: Sequence[float]) -> dict[str, list[float]]:
+    """Each task's samples' rewards (`task_ids[i]` is the task of sample i), tasks in first-seen order."""
+    samples: dict[str, list[float]] = {}
+    for task, reward in zip(task_ids, rewards):
+        samples.setdefault(task, []).append(reward)
+    return samples
+
+
+def pass_rates(samples: dict[str, Sequence[float]]) -> dict[str, float]:
+    """Each task's mean reward over its samples (for 0/1 rewards, its pass rate)."""
+    return {task: sum(values) / len(values) for task, values in samples.items()}
+
+
+def reward_variance(rewards: Sequence[float]) -> Fraction:
+    """The population variance of `rewards`, exactly (two tasks whose rewards spread alike tie, whatever their order or
+    float rounding): for 0/1 rewards p(1 - p), p the pass rate."""
+    values = [Fraction(r) for r in rewards]
+    mean = sum(values) / len(values)
+    return sum((v - mean) ** 2 for v in values) / len(values)
+
+
+def select_tasks(samples: dict[str, Sequence[float]], n: int) -> list[str]:
+    """The held-in tasks: of those whose samples' rewards are not all equal (a group of rollouts can disagree: GRPO
+    has signal, also with partial-credit rewards), the `n` whose rewards vary most (`reward_variance`), ties by the
+    sha256 of the task id; in that order. For 0/1 rewards: the pass rates strictly between 0 and 1 nearest 1/2."""
+    qualifying = [task for task, rewards in samples.items() if len(set(rewards)) > 1]
+    ranked = sorted(qualifying, key=lambda task: (-reward_variance(samples[task]),
                                                   hashlib.sha256(task.encode()).hexdigest()))
     return ranked[:n]
 
 
-def pass_rates(task_ids: Sequence[str], rewards: Sequence[float]) -> dict[str, float]:
-    """Each task's mean reward over its samples (`task_ids[i]` is the task of sample i), tasks in first-seen order."""
-    totals: dict[str, list[float]] = {}
-    for task, reward in zip(task_ids, rewards):
-        totals.setdefault(task, []).append(reward)
-    return {task: sum(values) / len(values) for task, values in totals.items()}
+def step0_measurement(learn, max_steps: int | None = None) -> dict[str, int]:
+    """How a held-in measurement samples besides the weights (`learn`: the race's LearnConfig; `max_steps`: a tool-use
+    race's policy steps per episode, None for single-turn tasks): the race's select stage records it with its step-0
+    point."""
+    return {"eval_samples": learn.eval_samples, "eval_seed": learn.eval_seed, "max_new_tokens": learn.max_new_tokens,
+            **({"max_steps": max_steps} if max_steps is not None else {})}
 
 
-def step0_measurement(learn) -> dict[str, int]:
-    """How a held-in measurement samples besides the weights (`learn`: the LearnConfig): learn_select records it with
-    its step-0 point."""
-    return {"eval_samples": learn.eval_samples, "eval_seed": learn.eval_seed, "max_new_tokens": learn.max_new_tokens}
-
-
-def reusable_step0(selection: dict, learn) -> dict | None:
-    """learn_select's step-0 point where it was measured as a run with `learn` measures, else None (the run measures
-    its own): a sweep that changes the measurement reruns only its run's stage (`dvc exp run -s`), and a selection
-    written before the measurement was recorded says nothing of it."""
-    return selection["step0"] if selection.get("step0_measurement") == step0_measurement(learn) else None
+def reusable_step0(selection: dict, learn, max_steps: int | None = None) -> dict | None:
+    """The select stage's step-0 point where it was measured as a run with `learn` (and `max_steps`) measures, else
+    None (the run measures its own): a sweep that changes the measurement reruns only its run's stage (`dvc exp run
+    -s`), and a selection written before the measurement was recorded says nothing of it."""
+    return selection["step0"] if selection.get("step0_measurement") == step0_measurement(learn, max_steps) else None
 
 
 def verdict(low: float, high: float) -> str:

@@ -12,7 +12,7 @@ from accelerate import PartialState
 from evaluation import evalplus_bench, livecodebench
 from evaluation.agentic import envscaler_split
 from lopd.core.progress import progress
-from lopd.core.rollout import check_backend
+from lopd.core.rollout import check_backend, evenly_spaced
 from lopd.core.tracking import Tracker
 from lopd.latent.bank import (
     check_no_eval_overlap,
@@ -82,7 +82,7 @@ def main() -> None:
     stage = stage_name("build_bank", args.domain)
     with Tracker(cfg, stage) as tracker, training_domain(cfg, args.domain) as (tasks, collect, source, _):
         start = time.perf_counter()
-        sampled = tasks[:cfg.bank.task_limit]
+        sampled = evenly_spaced(tasks, cfg.bank.task_limit or len(tasks))
         if not sampled:
             sys.exit(f"error: {stage}: no training tasks to sample ({source})")
         try:

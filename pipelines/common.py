@@ -16,13 +16,14 @@ import shutil
 import signal
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from evaluation.coding.code_blocks import extract_code
 from lopd.core import registry
 from lopd.core.checkpoint import MANIFEST, UnwritableOutput, policy_dir
-from lopd.core.config import REPO_ROOT, Config, ConfigError, build_config, load_config
+from lopd.core.config import REPO_ROOT, Config, ConfigError, LearnConfig, build_config, load_config
 from lopd.core.device import reuse_freed_memory, use_cpu_matmul
 from lopd.core.domain import Domain, SandboxUnavailable
 from lopd.core.experiments import flatten
@@ -44,12 +45,6 @@ CHECKPOINTS_DIR = REPO_ROOT / "checkpoints"
 METRICS_DIR = REPO_ROOT / "metrics"
 RESULTS_DIR = REPO_ROOT / "results"
 PLOTS_DIR = REPO_ROOT / "plots"
-LEARN_DIR = RESULTS_DIR / "learn"
-"""The learning race's outputs (pipelines/learn/dvc.yaml) but its plots: the held-in tasks, and its stages' metrics
-files under metrics/ here, apart from METRICS_DIR, which the paper's report reads whole (a race metric there would
-make the race a stage upstream of that report)."""
-LEARN_SELECTION = LEARN_DIR / "selection.json"
-"""The held-in tasks (stage learn_select)."""
 
 
 def parse_args(description: str, **arguments: dict[str, Any]) -> tuple[argparse.Namespace, Config]:
@@ -102,7 +97,9 @@ DOMAIN_STAGES = ("pipelines.train", "pipelines.validate_base", "pipelines.build_
 METHOD_STAGES = ("pipelines.train",)
 """The CLIs that build their `--method` through the registry (by name)."""
 RUN_STAGES = ("pipelines.learn_race",)
-"""The CLIs that build the method of their `--run` (learn.runs.<run>.method in params.yaml) through the registry."""
+"""The CLIs that build the method of their `--run` (<race>.runs.<run>.method in params.yaml) through the registry."""
+RACE_STAGES = ("pipelines.learn_select", "pipelines.learn_race")
+"""The domain stages whose domain is their `--race`'s (default: learn, the code domain), not a `--domain`."""
 LAUNCHER = "pipelines.launch"
 
 
@@ -173,6 +170,78 @@ def for_domain(cfg: Config, domain: str) -> Config:
         for name in registry.METHODS:
             if "steps" in raw[name]:
                 raw[name]["steps"] = a.steps
+    return build_config(raw)
+
+
+@dataclass(frozen=True)
+class Race:
+    """A learning race (pipelines/learn/dvc.yaml): its params section, which also names its stages
+    (`<section>_select`, `<section>@<run>`, `<section>_report`) and its output folders, the domain its tasks come
+    from, and its report's file name."""
+
+    section: str
+    domain: str
+    report: str
+
+    @property
+    def results(self) -> Path:
+        """The race's outputs but its plots: the held-in tasks, and its stages' metrics files under metrics/ here,
+        apart from METRICS_DIR, which the paper's report reads whole (a race metric there would make the race a stage
+        upstream of that report)."""
+        return RESULTS_DIR / self.section
+
+    @property
+    def selection(self) -> Path:
+        """The held-in tasks and the base model's step 0 on them (stage `<section>_select`)."""
+        return self.results / "selection.json"
+
+    @property
+    def plots(self) -> Path:
+        return PLOTS_DIR / self.section
+
+    @property
+    def checkpoints(self) -> Path:
+        """A run's checkpoint while it trains (a killed run resumes from `.resume/` here)."""
+        return CHECKPOINTS_DIR / self.section
+
+    @property
+    def table(self) -> Path:
+        """reports/tables/<report>, without its suffix (.md, .csv)."""
+        return REPO_ROOT / "reports" / "tables" / self.report
+
+    @property
+    def figure(self) -> Path:
+        """reports/figures/<report>, without its suffix (.png, .pdf, .csv)."""
+        return REPO_ROOT / "reports" / "figures" / self.report
+
+    def stage(self, part: str) -> str:
+        """The DVC stage name of `part`: select, report, or a run's name (`learn_tool@grpo`)."""
+        return f"{self.section}_{part}" if part in ("select", "report") else f"{self.section}@{part}"
+
+    def settings(self, cfg: Config) -> LearnConfig:
+        """The race's params section."""
+        return getattr(cfg, self.section)
+
+    def max_steps(self, cfg: Config) -> int | None:
+        """Policy steps per episode of the race's tasks; None for single-turn tasks (code)."""
+        return cfg.agentic.max_steps if self.domain == "agentic" else None
+
+
+RACES = {"learn": Race("learn", "code", "learning_race"),
+         "learn_tool": Race("learn_tool", "agentic", "tool_learning_race")}
+"""The learning races by params section: `make learn` runs both, `make learn-tool` the tool-use one."""
+RACE_ARG = {"default": "learn", "choices": list(RACES),
+            "help": "the race: learn (coding tasks) or learn_tool (tool-use episodes)"}
+
+
+def race_domain_config(cfg: Config, race: Race) -> Config:
+    """The config a race's stages play their tasks with: its domain's (`for_domain`) with the race's response budget,
+    for tool use the budget of each policy step (agentic.max_step_tokens); an episode keeps agentic.max_steps."""
+    budget = race.settings(cfg).max_new_tokens
+    raw = for_domain(cfg, race.domain).to_dict()
+    raw["sampling"]["max_new_tokens"] = budget
+    if race.domain == "agentic":
+        raw["agentic"]["max_step_tokens"] = budget
     return build_config(raw)
 
 

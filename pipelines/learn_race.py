@@ -1,12 +1,13 @@
-"""Stage `learn@<run>` (the learning race, pipelines/learn/dvc.yaml): one run of `learn.runs` trains its method with
-the shared loop on the held-in tasks (stage learn_select) and measures it on those same tasks before the first step,
-every `learn.eval_every` steps and after the last: the mean reward of `learn.eval_samples` samples per task at the
-training temperature, drawn from `learn.eval_seed` (the same draws in every run; step 0 is learn_select's where that
-was measured as the run measures: `reusable_step0`). The run's config is the pipeline's with the race's budgets and
-the run's seed, learning rate and step count (`race_config`).
-Writes the measurement points (plots/learn/<run>.json), the per-step history with the method's own objective
-(plots/learn/<run>_steps.json) and the run's summary (results/learn/metrics/<run>.json); the checkpoint
-(checkpoints/learn/<run>; a killed run resumes from checkpoints/learn/.resume/) is removed once they are written."""
+"""Stage `<race>@<run>` (a learning race, pipelines/learn/dvc.yaml; `--race learn`: coding tasks, `--race learn_tool`:
+tool-use episodes): one run of `<race>.runs` trains its method with the shared loop on the held-in tasks (stage
+<race>_select) and measures it on those same tasks before the first step, every `<race>.eval_every` steps and after
+the last: the mean reward of `<race>.eval_samples` samples (episodes) per task at the training temperature, drawn from
+`<race>.eval_seed` (the same draws in every run; step 0 is the select stage's where that was measured as the run
+measures: `reusable_step0`). The run's config is its domain's with the race's budgets and the run's seed, learning rate
+and step count (`race_config`).
+Writes the measurement points (plots/<race>/<run>.json), the per-step history with the method's own objective
+(plots/<race>/<run>_steps.json) and the run's summary (results/<race>/metrics/<run>.json); the checkpoint
+(checkpoints/<race>/<run>; a killed run resumes from checkpoints/<race>/.resume/) is removed once they are written."""
 
 from __future__ import annotations
 
@@ -25,14 +26,14 @@ from lopd.core.rollout import Task, check_backend
 from lopd.core.tracking import Tracker
 from pipelines.common import (
     BASE_MODEL_DIR,
-    CHECKPOINTS_DIR,
-    LEARN_DIR,
-    LEARN_SELECTION,
-    PLOTS_DIR,
+    RACE_ARG,
+    RACES,
+    Race,
     build_method,
     check_sandbox,
     check_writable,
     parse_args,
+    race_domain_config,
     replacing,
     run_stage,
     stage_modules,
@@ -45,16 +46,17 @@ CALLS = {"up": 1, "no change": 0, "down": -1}
 """A run's call (`evaluation.learning_race.verdict`) as the number its metrics file holds."""
 
 
-def race_config(cfg: Config, name: str) -> Config:
-    """The config run `name` of `learn.runs` trains with: the pipeline's, with the run's seed, the race's rollouts per
-    step, response budget and measurement cadence (checkpoints at each measurement), and the method's step budget and
-    learning rate set to the run's (a null lr keeps the method's own)."""
-    if name not in cfg.learn.runs:
-        raise ConfigError(f"learn.runs: no run named {name!r} (runs: {', '.join(cfg.learn.runs)})")
-    learn, run = cfg.learn, cfg.learn.runs[name]
-    raw = cfg.to_dict()
+def race_config(cfg: Config, race: Race, name: str) -> Config:
+    """The config run `name` of the race's runs trains with: its domain's with the race's response budget
+    (`race_domain_config`; tool use: per policy step), the run's seed, the race's rollouts per step and measurement
+    cadence (checkpoints at each measurement), and the method's step budget and learning rate set to the run's (a null
+    lr keeps the method's own)."""
+    learn = race.settings(cfg)
+    if name not in learn.runs:
+        raise ConfigError(f"{race.section}.runs: no run named {name!r} (runs: {', '.join(learn.runs)})")
+    run = learn.runs[name]
+    raw = race_domain_config(cfg, race).to_dict()
     raw["seed"] = run.seed
-    raw["sampling"]["max_new_tokens"] = learn.max_new_tokens
     raw["train"].update(rollouts_per_step=learn.rollouts_per_step, val_every=learn.eval_every,
                         save_every=learn.eval_every)
     raw[run.method]["steps"] = run.steps or learn.steps
@@ -63,11 +65,12 @@ def race_config(cfg: Config, name: str) -> Config:
     return build_config(raw)
 
 
-def negate_advantages(method: Method, run: str) -> Method:
+def negate_advantages(method: Method, where: str) -> Method:
     """The broken control: `method` with every advantage its `prepare` computes sign-flipped, so its policy gradient
-    climbs down the reward. A method that computes no advantages is refused (the control would not be broken)."""
+    climbs down the reward. A method that computes no advantages is refused (the control would not be broken; `where`:
+    the run's key, `learn.runs.grpo_negated`)."""
     if not method.uses_advantages:
-        raise ConfigError(f"learn.runs.{run}.negate_advantages: {method.name}'s loss uses no advantages to negate")
+        raise ConfigError(f"{where}.negate_advantages: {method.name}'s loss uses no advantages to negate")
     prepare = method.prepare
 
     def negated(trajectories) -> None:
@@ -79,39 +82,42 @@ def negate_advantages(method: Method, run: str) -> Method:
     return method
 
 
-def held_in_tasks(tasks: list[Task], held_in: list[str]) -> list[Task]:
+def held_in_tasks(tasks: list[Task], held_in: list[str], race: Race) -> list[Task]:
     """The training split's held-in tasks, in the selection's order."""
     by_id = {t.task_id: t for t in tasks}
     if missing := [task for task in held_in if task not in by_id]:
-        raise ConfigError(f"{LEARN_SELECTION}: held-in task {missing[0]!r} is not in the training split (run: dvc "
-                          "repro pipelines/learn/dvc.yaml:learn_select)")
+        raise ConfigError(f"{race.selection}: held-in task {missing[0]!r} is not in the training split (run: dvc "
+                          f"repro pipelines/learn/dvc.yaml:{race.stage('select')})")
     return [by_id[task] for task in held_in]
 
 
 def main() -> None:
-    args, cfg = parse_args(__doc__, run={"required": True, "help": "the run's name in learn.runs, e.g. grpo_seed1"})
+    args, cfg = parse_args(__doc__, race=RACE_ARG,
+                           run={"required": True, "help": "the run's name in the race's runs, e.g. grpo_seed1"})
+    race = RACES[args.race]
     check_backend(cfg, BASE_MODEL_DIR)  # before any work: the rollout engine can run this model
-    check_sandbox("code")  # and the sandbox can score code
-    run_cfg = race_config(cfg, args.run)
-    spec = cfg.learn.runs[args.run]
-    method = build_method(spec.method, run_cfg)
+    check_sandbox(race.domain)  # and the sandbox can score the race's tasks
+    learn = race.settings(cfg)
+    run_cfg = race_config(cfg, race, args.run)
+    spec = learn.runs[args.run]
+    method = build_method(spec.method, run_cfg, race.domain)
     if spec.negate_advantages:
-        method = negate_advantages(method, args.run)
-    stage, checkpoint = f"learn@{args.run}", CHECKPOINTS_DIR / "learn" / args.run
-    points_path, history_path = (PLOTS_DIR / "learn" / f"{args.run}{suffix}.json" for suffix in ("", "_steps"))
-    outputs = (points_path, history_path, LEARN_DIR / "metrics" / f"{args.run}.json")
+        method = negate_advantages(method, f"{race.section}.runs.{args.run}")
+    stage, checkpoint = race.stage(args.run), race.checkpoints / args.run
+    points_path, history_path = (race.plots / f"{args.run}{suffix}.json" for suffix in ("", "_steps"))
+    outputs = (points_path, history_path, race.results / "metrics" / f"{args.run}.json")
     check_writable(outputs)
     with (Tracker(run_cfg, stage, system_metrics=True, resumable=True) as tracker,
-          training_domain(run_cfg, "code") as (tasks, collect, _, _)):
-        selection = read_json(LEARN_SELECTION)
-        held_in = held_in_tasks(tasks, selection["held_in"])
+          training_domain(run_cfg, race.domain) as (tasks, collect, _, _)):
+        selection = read_json(race.selection)
+        held_in = held_in_tasks(tasks, selection["held_in"], race)
         reads = method.inputs
-        method.inputs = lambda: [*reads(), LEARN_SELECTION]  # another selection: a checkpoint to start afresh from
+        method.inputs = lambda: [*reads(), race.selection]  # another selection: a checkpoint to start afresh from
         try:
             result = train(run_cfg, method, held_in, collect, BASE_MODEL_DIR, checkpoint, tracker,
-                           stage_modules("pipelines.learn_race", domain="code"), held_in,
-                           SampledValidation(cfg.learn.eval_samples, cfg.learn.eval_seed),
-                           reusable_step0(selection, cfg.learn))
+                           stage_modules("pipelines.learn_race", domain=race.domain), held_in,
+                           SampledValidation(learn.eval_samples, learn.eval_seed),
+                           reusable_step0(selection, learn, race.max_steps(cfg)))
         except (FileNotFoundError, MethodInputError, ProcessSplitError) as err:  # e.g. a missing upstream output
             sys.exit(f"error: {err}")
         if not PartialState().is_main_process:  # one process writes the run's outputs

@@ -1,8 +1,10 @@
-"""Stage `learn_report` (the learning race, pipelines/learn/dvc.yaml): every run's held-in curve in one figure (the
-shape of the paper's Fig. 4: held-in reward against rollouts with 95% CI bands; methods in one panel, the controls
-beside GRPO in the other) and one table: per run, the held-in reward at step 0 and at the end with the paired 95% CI
-of the change (a call only where it excludes 0), the rollouts it needed to reach GRPO's final held-in reward, and the
-method's own objective (KL to its teacher; LOPD's Δ and β). A run that has not finished is a row of n/a."""
+"""Stage `<race>_report` (a learning race, pipelines/learn/dvc.yaml; `--race learn`: coding tasks, `--race
+learn_tool`: tool-use episodes): every run's held-in curve in one figure (the shape of the paper's Fig. 4: held-in
+reward against rollouts with 95% CI bands; methods in one panel, the controls beside GRPO in the other) and one table:
+per run, the held-in reward at step 0 and at the end with the paired 95% CI of the change (a call only where it
+excludes 0), the rollouts it needed to reach GRPO's final held-in reward, and the method's own objective (KL to its
+teacher; LOPD's Δ and β). A run that has not finished is a row of n/a. The code race's are
+reports/{tables,figures}/learning_race.*, the tool-use race's tool_learning_race.*."""
 
 from __future__ import annotations
 
@@ -13,13 +15,11 @@ from evaluation.paper_figures import draw_race
 from evaluation.stats import score_ci
 from evaluation.tables import Table, to_csv, to_markdown
 from lopd.core import registry
-from lopd.core.config import REPO_ROOT, LearnRun
+from lopd.core.config import LearnRun
 from lopd.core.jsonl import read_json
 from lopd.core.tracking import Tracker
-from pipelines.common import LEARN_DIR, LEARN_SELECTION, PLOTS_DIR, parse_args, record_metrics, run_stage
+from pipelines.common import RACE_ARG, RACES, parse_args, record_metrics, run_stage
 
-TABLE = REPO_ROOT / "reports" / "tables" / "learning_race"
-FIGURE = REPO_ROOT / "reports" / "figures" / "learning_race"
 COLUMNS = (("rollouts", "Rollouts"), ("start", "Held-in, step 0"), ("end", "Held-in, end"),
            ("change", "Change"), ("change_ci", "95% CI"), ("call", "Call"),
            ("rollouts_to_grpo_final", "Rollouts to GRPO's final"), ("objective", "Objective: first → last"),
@@ -57,8 +57,9 @@ def objective_cells(row: dict) -> tuple[str, str]:
 
 
 def race_table(runs: dict[str, LearnRun], points: dict[str, list[dict]], histories: dict[str, list[dict]],
-               reference: str | None) -> tuple[Table, dict[str, dict]]:
-    """The race's table and each finished run's `race_row`, against the reference run's final point."""
+               reference: str | None, section: str) -> tuple[Table, dict[str, dict]]:
+    """The race's table and each finished run's `race_row`, against the reference run's final point (`section`: the
+    race's params section, which its notes name)."""
     grpo = points.get(reference) or []
     rows, results = [], {}
     for name, run in runs.items():
@@ -73,9 +74,9 @@ def race_table(runs: dict[str, LearnRun], points: dict[str, list[dict]], histori
         rows.append((f"{run_label(run)} ({name})", cells))
     target = f"{grpo[-1]['val_reward']:.3f}" if grpo else "n/a: GRPO has not finished"
     notes = ["Held-in reward: the mean over the held-in tasks of each task's mean reward over k samples at the "
-             "training temperature (learn.eval_samples), measured before the first step and every learn.eval_every "
-             "steps. Change: end minus step 0 with its paired bootstrap 95% CI over the tasks; the call is up or down "
-             "only where the CI excludes 0.",
+             f"training temperature ({section}.eval_samples), measured before the first step and every "
+             f"{section}.eval_every steps. Change: end minus step 0 with its paired bootstrap 95% CI over the tasks; "
+             "the call is up or down only where the CI excludes 0.",
              "Rollouts to GRPO's final: the rollouts at a run's first measurement at or above GRPO's final held-in "
              f"reward ({target}).",
              "Objective: the method's own, from its per-step history (the first and last step's rollouts, so the KL "
@@ -95,26 +96,29 @@ def race_table(runs: dict[str, LearnRun], points: dict[str, list[dict]], histori
 
 
 def main() -> None:
-    args, cfg = parse_args(__doc__)
-    runs = cfg.learn.runs
-    with Tracker(cfg, "learn_report") as tracker:
-        points = {n: read_json(p) for n in runs if (p := PLOTS_DIR / "learn" / f"{n}.json").exists()}
-        histories = {n: read_json(PLOTS_DIR / "learn" / f"{n}_steps.json") for n in points}
+    args, cfg = parse_args(__doc__, race=RACE_ARG)
+    race = RACES[args.race]
+    learn, stage = race.settings(cfg), race.stage("report")
+    runs, table_path, figure_path = learn.runs, race.table, race.figure
+    with Tracker(cfg, stage) as tracker:
+        points = {n: read_json(p) for n in runs if (p := race.plots / f"{n}.json").exists()}
+        histories = {n: read_json(race.plots / f"{n}_steps.json") for n in points}
         reference = reference_run(runs)
-        table, results = race_table(runs, points, histories, reference)
-        held_in = read_json(LEARN_SELECTION)["held_in"]
-        title = (f"Learning race: {len(held_in)} held-in tasks, {cfg.learn.eval_samples} samples each per "
-                 f"measurement ({cfg.profile} profile, model {cfg.model.name})")
-        TABLE.parent.mkdir(parents=True, exist_ok=True)
-        TABLE.with_suffix(".md").write_text(to_markdown(table, title))
-        TABLE.with_suffix(".csv").write_text(to_csv(table))
+        table, results = race_table(runs, points, histories, reference, race.section)
+        held_in = read_json(race.selection)["held_in"]
+        name = "Tool-use learning race" if race.domain == "agentic" else "Learning race"
+        title = (f"{name}: {len(held_in)} held-in tasks, {learn.eval_samples} samples each per measurement "
+                 f"({cfg.profile} profile, model {cfg.model.name})")
+        table_path.parent.mkdir(parents=True, exist_ok=True)
+        table_path.with_suffix(".md").write_text(to_markdown(table, title))
+        table_path.with_suffix(".csv").write_text(to_csv(table))
         labels = {name: run_label(run) for name, run in runs.items()}
         controls = [n for n, r in runs.items() if is_control(r)]
         panels = {"Methods": {labels[n]: points.get(n, []) for n in runs if n not in controls},
                   "Controls (against GRPO)": {labels[n]: points.get(n, [])
                                               for n in [*([reference] if reference else []), *controls]}}
-        files = draw_race(panels, FIGURE.with_suffix(".png"), title, score_ci)
-        with FIGURE.with_suffix(".csv").open("w", newline="") as f:
+        files = draw_race(panels, figure_path.with_suffix(".png"), title, score_ci)
+        with figure_path.with_suffix(".csv").open("w", newline="") as f:
             writer = csv.DictWriter(f, ["run", "rollouts", "held_in_reward", "ci_low", "ci_high", "n"])
             writer.writeheader()
             for name, run_points in points.items():
@@ -122,15 +126,16 @@ def main() -> None:
                     low, high = score_ci(p["val_rewards"])
                     writer.writerow({"run": name, "rollouts": p["cumulative_rollouts"], "ci_low": low,
                                      "held_in_reward": p["val_reward"], "ci_high": high, "n": p["val_n"]})
-        for path in (TABLE.with_suffix(".md"), TABLE.with_suffix(".csv"), *files, FIGURE.with_suffix(".csv")):
+        for path in (table_path.with_suffix(".md"), table_path.with_suffix(".csv"), *files,
+                     figure_path.with_suffix(".csv")):
             tracker.log_artifact(path)
         summary = {"runs": len(runs), "finished": len(results),
                    "up": sum(r["call"] == "up" for r in results.values()),
                    "down": sum(r["call"] == "down" for r in results.values()),
                    "rollouts_to_grpo_final": {n: r["rollouts_to_grpo_final"] for n, r in results.items()}}
-        record_metrics(tracker, LEARN_DIR / "metrics" / "report.json", "learn_report", summary)
-    print(f"learn_report: {len(results)} of {len(runs)} runs finished; wrote {TABLE.with_suffix('.md')} and "
-          f"{FIGURE.with_suffix('.png')}")
+        record_metrics(tracker, race.results / "metrics" / "report.json", stage, summary)
+    print(f"{stage}: {len(results)} of {len(runs)} runs finished; wrote {table_path.with_suffix('.md')} and "
+          f"{figure_path.with_suffix('.png')}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """`make estimate PROFILE=cpu GPUS=1 GPU=cpu`: the predicted wall time of every stage of `dvc repro` for a profile on
-a machine, before a long run, and of the learning race (`make learn`).
+a machine, before a long run, and of the learning races (`make learn`: coding tasks; `make learn-tool`: tool use).
 
 Every rate is a benchmark's, from reports/perf/ (never a recorded stage time: those are the check, `--check`):
 - profile_rollouts.json (scripts/bench/bench_profile_rollouts.py): one training step's rollouts, one validation point
@@ -60,6 +60,7 @@ sys.path.insert(0, str(REPO))
 from baselines.config import GRPOConfig, SDPOConfig, SkillSDConfig  # noqa: E402
 from lopd.core.config import Config, resolve  # noqa: E402
 from lopd.core.device import stage_malloc_mode  # noqa: E402
+from pipelines.common import RACES  # noqa: E402
 
 PERF = REPO / "reports" / "perf"
 GPU_NAMES = {"h100": "H100", "h200": "H200"}
@@ -408,11 +409,9 @@ def code_counts(cfg: Config) -> dict[str, int]:
 
 def agentic_counts(cfg: Config) -> dict[str, int]:
     """Training tasks, and episodes per agentic benchmark (0 where its data is missing: that evaluation is n/a)."""
-    from evaluation.agentic import envscaler_split
     from evaluation.agentic.benchmarks import load_benchmark
 
-    with envscaler_split.training_tasks(cfg) as (tasks, _, _):
-        counts = {"train_tasks": len(tasks)}
+    counts = {"train_tasks": agentic_train_tasks(cfg)}
     for name in cfg.agentic.benchmarks:
         try:
             bench = load_benchmark(cfg, name, None)
@@ -422,6 +421,13 @@ def agentic_counts(cfg: Config) -> dict[str, int]:
         counts[name] = len(bench.episodes)
         bench.close()
     return counts
+
+
+def agentic_train_tasks(cfg: Config) -> int:
+    """The EnvScaler-format training split's size."""
+    from evaluation.agentic import envscaler_split
+
+    return len(envscaler_split.envscaler_data(cfg).train)
 
 
 @dataclass
@@ -482,6 +488,30 @@ def validation_points(cfg: Config, method: str) -> int:
     return math.ceil(training_steps(cfg, method) / cfg.train.val_every)
 
 
+def episode_seconds(c: Costs, episode: Episodes) -> dict[str, float]:
+    """Seconds an agentic training episode takes in each play (AGENTIC_PLAYS): measured per play (a play not measured
+    costs the grouped step's), or modelled: an episode samples each step's tokens and reads its context once (prefix
+    caching keeps it)."""
+    modelled_s = episode.steps * episode.step_tokens / c.train_rate + episode.context_tokens / c.prefill_rate
+    return {shape: c.agentic_play_s.get(shape) or c.agentic_play_s.get("grouped") or modelled_s
+            for shape in AGENTIC_PLAYS}
+
+
+def episode_update_s(c: Costs, method: str, latent: bool, episode: Episodes) -> float:
+    """Seconds `method`'s update takes per trained agentic episode: its sequence at the measured rate per sequence
+    token (agentic_update.json: the student alone, or LOPD's with latent context), a text teacher's forward on top of
+    the student's for the distillation methods and for LOPD without latent context (`latent` False: an empty bank)."""
+    kind = "lopd" if method == "lopd" and latent else "grpo"
+    teacher = c.update_s(method, latent) / c.student_s if kind == "grpo" else 1.0
+    return episode.sequence_tokens * c.agentic_update_s[kind] * teacher
+
+
+def agentic_bank_episodes(cfg: Config, train_tasks: int) -> int:
+    """The base model's episodes build_bank_agentic plays: agentic.bank_samples_per_task on each of its tasks."""
+    a = cfg.agentic
+    return min(train_tasks, a.bank_task_limit or train_tasks) * (a.bank_samples_per_task or cfg.bank.samples_per_task)
+
+
 def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float], dict[str, int], list[str]]:
     """Seconds per stage of the DAG, the counts behind them, and the assumptions made."""
     counts = code_counts(cfg)
@@ -528,13 +558,9 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
         stage(f"eval@{method}", eval_s, samples=eval_tasks > 0)
     stage("eval_base_composer", eval_s + eval_tasks * c.compose_s, samples=eval_tasks > 0)
 
-    # Measured per play (a play not measured costs the grouped step's), or: an episode samples each step's tokens and
-    # reads its context once (prefix caching keeps it).
-    modelled_s = episode.steps * episode.step_tokens / c.train_rate + episode.context_tokens / c.prefill_rate
-    episode_s = {shape: c.agentic_play_s.get(shape) or c.agentic_play_s.get("grouped") or modelled_s
-                 for shape in AGENTIC_PLAYS}
+    episode_s = episode_seconds(c, episode)
     per_task = cfg.rollouts_per_task()
-    bank_episodes = min(agentic["train_tasks"], a.bank_task_limit or agentic["train_tasks"]) * a.bank_samples_per_task
+    bank_episodes = agentic_bank_episodes(cfg, agentic["train_tasks"])
     stage("build_bank_agentic", bank_episodes * episode_s["bank"], samples=True)
     stage("build_pool_agentic")
     entries = bank_episodes * episode.bank_success
@@ -547,9 +573,7 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
         if method == "vanilla":
             stage(name)
             continue
-        kind = "lopd" if method == "lopd" and latent else "grpo"
-        teacher = c.update_s(method, latent) / c.student_s if kind == "grpo" else 1.0  # a text teacher on top
-        update = shares["agentic"][method] * episode.sequence_tokens * c.agentic_update_s[kind] * teacher
+        update = shares["agentic"][method] * episode_update_s(c, method, latent, episode)
         work = a.steps * a.rollouts_per_step * (episode_s["grouped" if per_task[method] > 1 else "single"] + update)
         if method == "skill_sd":  # a skill summary per episode group after every step
             work += a.steps * a.rollouts_per_step / skill_sd.group_size * skill_sd.summary_tokens / c.train_rate
@@ -593,37 +617,64 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
     return stage_s, {**counts, **{f"agentic.{k}": v for k, v in agentic.items()}}, assumptions
 
 
-def estimate_learn(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float], list[str]]:
-    """Seconds per stage of the learning race (`make learn`), and its assumptions: the selection's samples and step-0
-    measurement, then per run its steps (sampling, update) and its measurements (sampled at the training temperature,
-    so at the training rate)."""
-    learn, c, share = cfg.learn, costs, 1 / processes
-    tokens = min(c.train_tokens, learn.max_new_tokens)
-    per_sample = tokens / c.train_rate + c.sandbox_s
-    held_in = 0.5  # the held-in tasks are chosen for pass rates near 1/2
+def estimate_learn(cfg: Config, costs: Costs, processes: int, section: str) -> tuple[dict[str, float], list[str]]:
+    """Seconds per stage of a learning race (`section`: learn, the coding race; learn_tool, the tool-use race), and its
+    assumptions: the selection's samples and step-0 measurement, then per run its steps (sampling, update) and its
+    measurements (sampled at the training temperature, so at the training rate). A coding sample costs the training
+    batch's mean tokens (capped at the race's budget) and its scoring; a tool-use episode what profile_rollouts.json
+    measured it to cost in the play it is part of: a run's step as the tool-use training's step (in groups, or one per
+    task), the selection's and the measurements' many tasks at once as the agentic bank's batch."""
+    race = RACES[section]
+    learn, c, share = race.settings(cfg), costs, 1 / processes
+    if race.domain == "code":
+        tokens = min(c.train_tokens, learn.max_new_tokens)
+        per_sample = tokens / c.train_rate + c.sandbox_s
+        play = dict.fromkeys(("many", "grouped", "single"), per_sample)
+        trained_s = {method: tokens * c.update_s(method) for method in {run.method for run in learn.runs.values()}}
+        train_tasks = code_counts(cfg)["train_tasks"]
+        work = [f"race rollouts and measurement samples: {tokens:.0f} tokens on average (the training mean, capped at "
+                f"{section}.max_new_tokens), sampled at the training rate"]
+    else:
+        episode = episodes(cfg)
+        episode_s = episode_seconds(c, episode)
+        play = {"many": episode_s["bank"], "grouped": episode_s["grouped"], "single": episode_s["single"]}
+        train_tasks = agentic_train_tasks(cfg)
+        latent = agentic_bank_episodes(cfg, train_tasks) * episode.bank_success >= 1
+        trained_s = {method: episode_update_s(c, method, latent, episode)
+                     for method in {run.method for run in learn.runs.values()}}
+        work = [f"race episodes: as the tool-use training's measured, {episode.steps:.1f} steps of "
+                f"{episode.step_tokens:.0f} tokens (at most agentic.max_step_tokens {cfg.agentic.max_step_tokens} "
+                f"there; the race's per-step budget {section}.max_new_tokens {learn.max_new_tokens}), "
+                f"{episode.sequence_tokens:.0f} sequence tokens to update on; seconds an episode: a step in groups "
+                f"{play['grouped']:.1f}, one per task {play['single']:.1f}, the selection and the measurements (many "
+                f"tasks at once) {play['many']:.1f}"
+                + ("" if latent else "; LOPD's update priced as a text teacher's (no agentic bank entry expected)")]
+    held_in = 0.5  # the held-in tasks are chosen for rewards that vary most: for 0/1 rewards, a pass rate near 1/2
     groups = {"grpo": cfg.section(GRPOConfig).group_size, "skill_sd": cfg.section(SkillSDConfig).group_size,
               "sdpo": cfg.section(SDPOConfig).group_size}
-    candidates = min(learn.candidates or math.inf, code_counts(cfg)["train_tasks"])
-    measure_s = learn.tasks * learn.eval_samples * per_sample
+    candidates = min(learn.candidates or math.inf, train_tasks)
+    measure_s = learn.tasks * learn.eval_samples * play["many"]
     fixed = c.startup_s + c.engine_start_s  # every race stage samples
-    stage_s = {"learn_select": fixed + share * (candidates * learn.selection_samples * per_sample + measure_s)}
+    stage_s = {race.stage("select"): fixed + share * (candidates * learn.selection_samples * play["many"]
+                                                      + measure_s)}
     for name, run in learn.runs.items():
         steps = run.steps or learn.steps
         group = groups.get(run.method, 1)
         mixed = 1 - held_in ** group - (1 - held_in) ** group
         trained = mixed if run.method == "grpo" else after_first_step(mixed, steps) if run.method == "skill_sd" else \
             (1 - (1 - held_in) ** (group - 1)) if run.method == "sdpo" else 1.0
-        update = learn.rollouts_per_step * trained * tokens * c.update_s(run.method) + c.optimizer_s
-        points = math.ceil(steps / learn.eval_every)  # step 0 is learn_select's
+        sampling = learn.rollouts_per_step * play["grouped" if group > 1 else "single"]
+        update = learn.rollouts_per_step * trained * trained_s[run.method] + c.optimizer_s
+        points = math.ceil(steps / learn.eval_every)  # step 0 is the select stage's
         summaries = learn.rollouts_per_step / group * cfg.section(SkillSDConfig).summary_tokens / c.train_rate \
             if run.method == "skill_sd" else 0.0  # a skill summary per rollout group after every step
-        stage_s[f"learn@{name}"] = fixed + share * (steps * (learn.rollouts_per_step * per_sample + update + summaries)
-                                                     + c.first_optimizer_s + points * measure_s)
-    stage_s["learn_report"] = c.startup_s
-    assumptions = [f"race rollouts and measurement samples: {tokens:.0f} tokens on average (the training mean, capped "
-                   f"at learn.max_new_tokens), sampled at the training rate",
-                   "held-in tasks pass half their samples: a GRPO group is mixed, an SDPO rollout has a "
-                   "successful sibling, 7 times in 8; Skill-SD as GRPO on its first step, then every rollout"]
+        stage_s[race.stage(name)] = fixed + share * (steps * (sampling + update + summaries) + c.first_optimizer_s
+                                                     + points * measure_s)
+    stage_s[race.stage("report")] = c.startup_s
+    assumptions = [*work,
+                   "held-in tasks pass half their samples (tool use: their rewards differ as often): a GRPO group is "
+                   "mixed, an SDPO rollout has a successful sibling, 7 times in 8; Skill-SD as GRPO on its first step, "
+                   "then every rollout"]
     return stage_s, assumptions
 
 
@@ -911,13 +962,18 @@ def main() -> None:
         total = sum(s for stage, s in predicted.items() if domain_of(stage) == domain)
         print(f"  {domain + ' domain':<{width}} {total / 3600:8.2f} h")
     print(f"  {'total':<{width}} {sum(predicted.values()) / 3600:8.2f} h")
-    race, race_assumptions = estimate_learn(cfg, costs, args.gpus)
-    print("Estimated wall time of make learn (pipelines/learn/dvc.yaml; beside the stages above it reads: "
-          "prepare_model, build_bank, build_pool, cold_start):")
-    print("".join(f"  - {line}\n" for line in race_assumptions), end="")
-    for stage, seconds in race.items():
-        print(f"  {stage:<{width}} {seconds / 60:8.1f} min")
-    print(f"  {'learning race':<{width}} {sum(race.values()) / 3600:8.2f} h")
+    reads = {"learn": "prepare_model, build_bank, build_pool, cold_start",
+             "learn_tool": "prepare_model, build_bank_agentic, build_pool_agentic, cold_start_agentic"}
+    races = {}
+    for section, name in (("learn", "make learn's code race"), ("learn_tool", "make learn-tool")):
+        race, race_assumptions = races[section] = estimate_learn(cfg, costs, args.gpus, section)
+        print(f"Estimated wall time of {name} (pipelines/learn/dvc.yaml; beside the stages above it reads: "
+              f"{reads[section]}):")
+        print("".join(f"  - {line}\n" for line in race_assumptions), end="")
+        for stage, seconds in race.items():
+            print(f"  {stage:<{width}} {seconds / 60:8.1f} min")
+        print(f"  {section + ' race':<{width}} {sum(race.values()) / 3600:8.2f} h")
+    print(f"  {'make learn (both)':<{width}} {sum(sum(r.values()) for r, _ in races.values()) / 3600:8.2f} h")
     if args.check:
         record = recorded_run(args.record)
         sampler, matmul = recorded_sampler(record), recorded_matmul(record)

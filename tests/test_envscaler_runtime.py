@@ -595,3 +595,15 @@ def test_split_is_deterministic_disjoint_and_about_a_fifth():
     assert split_tasks(tasks, test_fraction=0.0) == (tasks, [])
     with pytest.raises(ValueError):
         split_tasks(tasks, test_fraction=1.5)
+
+
+def test_split_puts_a_group_on_its_named_tasks_side():
+    """A task with a `split_group` falls where a task with that id would, whatever its own id hashes to."""
+    plain = [TaskItem("bank", f"task-{i}", {}, "x", (("c", "f"),)) for i in range(200)]
+    grouped = [TaskItem("bank", f"twin-{i}", {}, "y", (("c", "f"),), split_group=f"task-{i}") for i in range(200)]
+    train, test = split_tasks(plain + grouped)
+    in_test = {t.task_id for t in test}
+    assert in_test and all((f"twin-{i}" in in_test) == (f"task-{i}" in in_test) for i in range(200))
+    alone = {t.task_id for t in split_tasks([TaskItem("bank", f"twin-{i}", {}, "y", (("c", "f"),))
+                                             for i in range(200)])[1]}
+    assert alone != {f"twin-{i}" for i in range(200) if f"task-{i}" in in_test}  # the group, not the id, decided

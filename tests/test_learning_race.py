@@ -1,11 +1,15 @@
-"""The learning race's mechanics (`make learn`): the held-in task selection, sampled measurement points through the
-shared loop (step 0 shared, the same draws in every run), a run's config and controls, and the verdicts, figure and
-table, each against a brute-force reference or on the tiny model."""
+"""The learning races' mechanics (`make learn`: coding tasks; `make learn-tool`: tool-use episodes): the candidates and
+the held-in task selection (0/1 and partial-credit rewards), sampled measurement points through the shared loop (step 0
+shared, the same draws in every run), a run's config and controls per race, the CLIs' `--race`, and the verdicts,
+figure and table, each against a brute-force reference or on the tiny model."""
 
 import dataclasses
 import hashlib
 import importlib.util
 import random
+import statistics
+import sys
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -14,15 +18,25 @@ from safetensors.torch import load_file
 
 from baselines.grpo import GRPO
 from baselines.opsd import OPSD
-from evaluation.learning_race import pass_rates, race_row, reusable_step0, select_tasks, step0_measurement, verdict
+from evaluation.learning_race import (
+    pass_rates,
+    race_row,
+    reusable_step0,
+    sample_rewards,
+    select_tasks,
+    step0_measurement,
+    verdict,
+)
 from lopd.core.checkpoint import policy_dir
 from lopd.core.config import REPO_ROOT, ConfigError, resolve
 from lopd.core.domain import Domain
 from lopd.core.loop import SampledValidation, train
-from lopd.core.rollout import Task, single_turn
+from lopd.core.rollout import Task, evenly_spaced, single_turn
 from lopd.core.trajectory import Trajectory, Turn
+from pipelines.common import RACES
 from pipelines.learn_race import negate_advantages, race_config
 from pipelines.learn_report import race_table, reference_run, run_label
+from pipelines.learn_select import screen
 
 TASKS = [Task(f"t{i}", [{"role": "user", "content": f"Write a function about {i}."}]) for i in range(4)]
 NO_DOMAIN = Domain.scratch("unused")
@@ -33,23 +47,94 @@ def _coin(tasks, completions):
     return [float(hashlib.sha256(c.encode()).digest()[0] % 2) for c in completions]
 
 
-def test_select_tasks_matches_brute_force():
+def _old_rule(rates: dict[str, float], n: int) -> list[str]:
+    """The code race's rule before partial credit, as it was written: a pass rate strictly between 0 and 1, the `n`
+    nearest 1/2, ties by the id's sha256."""
+    qualifying = [task for task, rate in rates.items() if 0.0 < rate < 1.0]
+    return sorted(qualifying, key=lambda t: (abs(rates[t] - 0.5), hashlib.sha256(t.encode()).hexdigest()))[:n]
+
+
+def test_select_tasks_on_0_1_rewards_is_the_code_races_rule_unchanged():
+    """For pass/fail rewards the spread rule picks exactly what the pass-rate rule picked, in the same order (k of 2,
+    4 and 8 samples: pass rates the old float rule compared exactly)."""
     rng = random.Random(0)
-    for _ in range(50):
-        rates = {f"task{i}": rng.choice([0.0, 0.25, 0.5, 0.75, 1.0]) for i in range(rng.randint(0, 12))}
+    for _ in range(200):
+        k = rng.choice([2, 4, 8])
+        samples = {f"task{i}": [float(rng.random() < rng.random()) for _ in range(k)]
+                   for i in range(rng.randint(0, 12))}
+        n = rng.randint(1, 8)
+        assert select_tasks(samples, n) == _old_rule(pass_rates(samples), n)
+
+
+def test_select_tasks_with_partial_credit_matches_brute_force():
+    """A task qualifies when its samples' rewards are not all equal; the most spread first (population variance),
+    ties by the id's sha256: a reference that ranks each task by how many others beat it."""
+    rng = random.Random(1)
+    for _ in range(100):
+        samples = {f"task{i}": [rng.choice([0.0, 0.25, 0.5, 0.6, 1.0]) for _ in range(rng.choice([2, 3, 4]))]
+                   for i in range(rng.randint(0, 12))}
         n = rng.randint(1, 8)
 
-        def better(a, b):  # a ranks before b: nearer 1/2, ties by the id's sha256
-            key = lambda t: (abs(rates[t] - 0.5), hashlib.sha256(t.encode()).hexdigest())  # noqa: E731
-            return key(a) < key(b)
+        def spread(task):
+            values = [Fraction(r) for r in samples[task]]
+            return statistics.pvariance(values)
 
-        mixed = [t for t, r in rates.items() if r not in (0.0, 1.0)]
-        rank = {t: sum(better(o, t) for o in mixed) for t in mixed}
-        assert select_tasks(rates, n) == sorted((t for t in mixed if rank[t] < n), key=rank.get)
+        def better(a, b):  # a ranks before b: more spread, else the smaller hash
+            digest = lambda t: hashlib.sha256(t.encode()).hexdigest()  # noqa: E731
+            return spread(a) > spread(b) or (spread(a) == spread(b) and digest(a) < digest(b))
+
+        varied = [t for t in samples if max(samples[t]) != min(samples[t])]
+        rank = {t: sum(better(o, t) for o in varied) for t in varied}
+        assert select_tasks(samples, n) == sorted((t for t in varied if rank[t] < n), key=rank.get)
 
 
-def test_pass_rates_are_each_tasks_mean_in_first_seen_order():
-    assert pass_rates(["b", "a", "b", "a", "b"], [1.0, 0.0, 0.0, 0.0, 1.0]) == {"b": 2 / 3, "a": 0.0}
+FIXED = {"flat_floor": [0.2, 0.2, 0.2, 0.2],  # every episode at the no-action floor: no signal
+         "flat_solved": [1.0, 1.0, 1.0, 1.0],
+         "one_lucky": [0.2, 0.2, 0.2, 0.6],  # variance 0.03
+         "half_way": [0.25, 0.75, 0.25, 0.75],  # variance 1/16 = 0.0625
+         "shifted_twin": [0.0, 0.5, 0.0, 0.5],  # the same spread as half_way: a tie, by the id's hash
+         "wide": [0.0, 1.0, 0.0, 0.5],  # variance 0.171875
+         "pass_3_of_4": [1.0, 1.0, 0.0, 1.0]}  # variance 0.1875: 0/1 and partial credit on one scale
+
+
+def _fixed_collect(backend, tokenizer, tasks, params, seed, rollouts_per_task):
+    """A fake domain whose i-th sample of a task scores FIXED[task][i], returned grouped by task like a domain's."""
+    return [Trajectory(task_id=t.task_id, group=g, turns=[Turn([1], [2], [0.0])], reward=FIXED[t.task_id][i])
+            for g, t in enumerate(tasks) for i in range(rollouts_per_task)]
+
+
+def test_the_race_selects_partial_credit_tasks_on_a_fake_domain():
+    candidates = [Task(task, [{"role": "user", "content": task}]) for task in FIXED]
+    rewards = screen(_fixed_collect, None, None, candidates, None, 0, 4)
+    assert rewards == FIXED and pass_rates(rewards)["one_lucky"] == pytest.approx(0.3)
+    tie = sorted(["half_way", "shifted_twin"], key=lambda t: hashlib.sha256(t.encode()).hexdigest())
+    assert select_tasks(rewards, 10) == ["pass_3_of_4", "wide", *tie, "one_lucky"]  # the flat two never qualify
+    assert select_tasks(rewards, 2) == ["pass_3_of_4", "wide"]
+    # an exact tie whatever the samples' order or float rounding: 1 of 3 and 2 of 3 spread alike (p(1 - p) = 2/9)
+    thirds = {"a": [1.0, 0.0, 0.0], "b": [0.0, 1.0, 1.0], "c": [0.0, 0.0, 1.0]}
+    assert select_tasks(thirds, 3) == sorted(thirds, key=lambda t: hashlib.sha256(t.encode()).hexdigest())
+
+
+def test_sample_rewards_and_pass_rates_keep_each_tasks_samples_in_first_seen_order():
+    samples = sample_rewards(["b", "a", "b", "a", "b"], [1.0, 0.0, 0.0, 0.0, 1.0])
+    assert samples == {"b": [1.0, 0.0, 1.0], "a": [0.0, 0.0]} and list(samples) == ["b", "a"]
+    assert pass_rates(samples) == {"b": 2 / 3, "a": 0.0}
+
+
+def test_evenly_spaced_candidates_match_brute_force():
+    """N candidates spread over the whole split in its order: for each i the last position j with j * N <= i * len
+    (the floor of i * len / N), every one once; all of them where N >= len."""
+    for length in range(0, 40):
+        items = [f"t{j}" for j in range(length)]
+        for n in range(1, 45):
+            expected = items if n >= length else [
+                items[max(j for j in range(length) if j * n <= i * length)] for i in range(n)]
+            got = evenly_spaced(items, n)
+            assert got == expected, (length, n)
+            assert len(set(got)) == min(n, length)
+    # envscaler-mini's train split lists its base tier, then its hinted one: both get their share (not the first 40)
+    split = [f"base{i}" for i in range(244)] + [f"hinted{i}" for i in range(244)]
+    assert sum(t.startswith("hinted") for t in evenly_spaced(split, 40)) == 20
 
 
 def _point(step, rewards):
@@ -87,7 +172,7 @@ def test_a_runs_config_is_the_pipelines_with_the_race_budgets_and_the_runs_overr
     cfg = resolve({"profile": "cpu", "learn": {"runs": {
         "sdpo": {"method": "sdpo", "seed": 0, "lr": None, "steps": None, "negate_advantages": False},
         "grpo_lr0": {"method": "grpo", "seed": 3, "lr": 0.0, "steps": 5, "negate_advantages": False}}}})
-    sdpo, off = race_config(cfg, "sdpo"), race_config(cfg, "grpo_lr0")
+    sdpo, off = race_config(cfg, RACES["learn"], "sdpo"), race_config(cfg, RACES["learn"], "grpo_lr0")
     assert sdpo.sampling.max_new_tokens == off.sampling.max_new_tokens == cfg.learn.max_new_tokens
     assert sdpo.train.rollouts_per_step == cfg.learn.rollouts_per_step
     assert sdpo.train.val_every == sdpo.train.save_every == cfg.learn.eval_every
@@ -96,7 +181,93 @@ def test_a_runs_config_is_the_pipelines_with_the_race_budgets_and_the_runs_overr
     assert off.method_sections["grpo"].lr == 0.0 and (sdpo.seed, off.seed) == (0, 3)
     assert GRPO(off, NO_DOMAIN).lr(off) == 0.0
     with pytest.raises(ConfigError, match="learn.runs: no run named 'nope'"):
-        race_config(cfg, "nope")
+        race_config(cfg, RACES["learn"], "nope")
+
+
+def test_a_tool_use_runs_config_is_the_agentic_domains_with_the_race_budgets_per_policy_step():
+    """learn_tool's budget is the tokens of each policy step (agentic.max_step_tokens), an episode keeps its
+    agentic.max_steps and context, and the race's steps and rollouts replace the agentic domain's own; the rest is the
+    agentic domain's config (`for_domain`: its bank threshold), the code race's untouched."""
+    cfg = resolve({"profile": "cpu", "learn_tool": {"max_new_tokens": 96, "steps": 3, "rollouts_per_step": 12},
+                   "agentic": {"steps": 7, "rollouts_per_step": 16, "max_step_tokens": 200}})
+    run = race_config(cfg, RACES["learn_tool"], "lopd_seed1")
+    assert run.agentic.max_step_tokens == run.sampling.max_new_tokens == 96
+    assert (run.agentic.max_steps, run.agentic.max_context_tokens) == (cfg.agentic.max_steps,
+                                                                       cfg.agentic.max_context_tokens)
+    assert run.train.rollouts_per_step == 12 and run.method_sections["lopd"].steps == 3 and run.seed == 1
+    assert run.train.val_every == run.train.save_every == cfg.learn_tool.eval_every
+    assert run.bank.success_threshold == cfg.agentic.bank_success_threshold  # the agentic bank's, not the code one's
+    code = race_config(cfg, RACES["learn"], "lopd_seed1")
+    assert code.sampling.max_new_tokens == cfg.learn.max_new_tokens and code.agentic.max_step_tokens == 200
+    assert code.bank.success_threshold == cfg.bank.success_threshold
+    with pytest.raises(ConfigError, match="learn_tool.runs: no run named 'nope'"):
+        race_config(cfg, RACES["learn_tool"], "nope")
+    tool = RACES["learn_tool"]
+    assert (tool.domain, tool.max_steps(cfg), RACES["learn"].max_steps(cfg)) == ("agentic", cfg.agentic.max_steps, None)
+    assert [tool.selection, tool.plots / "grpo.json", tool.table.with_suffix(".md"), tool.figure.with_suffix(".png")] \
+        == [REPO_ROOT / p for p in ("results/learn_tool/selection.json", "plots/learn_tool/grpo.json",
+                                    "reports/tables/tool_learning_race.md", "reports/figures/tool_learning_race.png")]
+    assert [RACES["learn"].selection, RACES["learn"].table] == [REPO_ROOT / "results/learn/selection.json",
+                                                                REPO_ROOT / "reports/tables/learning_race"]
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"learn_tool": {"rollouts_per_step": 6}}, "learn_tool.rollouts_per_step: must be a multiple of grpo.group_size"),
+    ({"learn_tool": {"runs": {"grpo": {"method": "vanilla"}}}},
+     "learn_tool.runs.grpo.method: 'vanilla' is not a trained method"),
+    ({"learn_tool": {"runs": {"grpo": {"seed": 1000}}}},
+     "learn_tool.runs.grpo.seed: must differ from learn_tool.eval_seed"),
+    ({"learn_tool": {"max_new_tokens": 8192}}, "learn_tool.max_new_tokens: must be < agentic.max_context_tokens"),
+])
+def test_a_bad_tool_race_setting_is_one_line_naming_its_key(raw, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve({"profile": "cpu", **raw})
+
+
+class _Stop(Exception):
+    """Raised by a stand-in to end a CLI's main once it has shown what it was wired to."""
+
+
+@pytest.mark.parametrize("argv, domain", [([], "code"), (["--race", "learn"], "code"),
+                                          (["--race", "learn_tool"], "agentic")])
+def test_the_race_clis_take_their_domain_from_race(monkeypatch, argv, domain):
+    """`--race` picks the domain whose sandbox the select and run stages check, the tasks they play and the race's
+    params, and the report's table: each CLI is stopped at its first use of them."""
+    import pipelines.learn_race as learn_race
+    import pipelines.learn_report as learn_report
+    import pipelines.learn_select as learn_select
+
+    monkeypatch.setenv("LOPD_MLFLOW_URI", "off")
+    seen = {}
+
+    def sandbox(name):
+        seen["sandbox"] = name
+        raise _Stop
+
+    for module in (learn_select, learn_race):
+        monkeypatch.setattr(module, "check_backend", lambda cfg, model_dir: None)
+        monkeypatch.setattr(module, "check_sandbox", sandbox)
+    monkeypatch.setattr(sys, "argv", ["learn_select", *argv])
+    with pytest.raises(_Stop):
+        learn_select.main()
+    assert seen.pop("sandbox") == domain
+    monkeypatch.setattr(sys, "argv", ["learn_race", *argv, "--run", "grpo_seed1"])
+    with pytest.raises(_Stop):
+        learn_race.main()
+    assert seen.pop("sandbox") == domain
+
+    def table(runs, points, histories, reference, section):
+        seen["section"] = section
+        raise _Stop
+
+    monkeypatch.setattr(learn_report, "race_table", table)
+    monkeypatch.setattr(sys, "argv", ["learn_report", *argv])
+    with pytest.raises(_Stop):
+        learn_report.main()
+    assert seen["section"] == ("learn_tool" if domain == "agentic" else "learn")
+    monkeypatch.setattr(sys, "argv", ["learn_select", "--race", "learn_code"])
+    with pytest.raises(SystemExit):
+        learn_select.main()
 
 
 def _trajectory(group, reward):
@@ -105,7 +276,7 @@ def _trajectory(group, reward):
 
 def test_negated_advantages_flip_grpos_and_a_method_without_advantages_is_refused():
     cfg = resolve({"profile": "smoke"})
-    plain, broken = GRPO(cfg, NO_DOMAIN), negate_advantages(GRPO(cfg, NO_DOMAIN), "grpo_negated")
+    plain, broken = GRPO(cfg, NO_DOMAIN), negate_advantages(GRPO(cfg, NO_DOMAIN), "learn.runs.grpo_negated")
     rewards = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0]
     a, b = ([_trajectory(i // 4, r) for i, r in enumerate(rewards)] for _ in range(2))
     plain.prepare(a)
@@ -113,7 +284,7 @@ def test_negated_advantages_flip_grpos_and_a_method_without_advantages_is_refuse
     assert any(t.advantage for t in a)
     assert [t.advantage for t in b] == [-t.advantage for t in a]
     with pytest.raises(ConfigError, match="learn.runs.x.negate_advantages: opsd's loss uses no advantages"):
-        negate_advantages(OPSD(cfg, NO_DOMAIN), "x")
+        negate_advantages(OPSD(cfg, NO_DOMAIN), "learn.runs.x")
 
 
 def _race(tiny_model_dir, out, lr, seed, sampled, step0=None):
@@ -156,7 +327,7 @@ def test_report_table_calls_each_run_against_grpo_and_marks_missing_runs():
     histories["lopd"] = [{"cumulative_rollouts": 8 * s, "reward": 0.5, "kl_mean": 0.1 / s, "privilege_margin": 0.01,
                           "beta_next": 0.05 * s} for s in range(1, 5)]
     assert reference_run(runs) == "grpo"
-    table, results = race_table(runs, points, histories, "grpo")
+    table, results = race_table(runs, points, histories, "grpo", "learn")
     rows = {label.split("(")[-1].rstrip(")"): cells for label, cells in table.rows}  # "GRPO · seed 0 (grpo)"
     assert [results[n]["call"] for n in ("grpo", "grpo_lr0", "grpo_negated")] == ["up", "no change", "down"]
     assert rows["lopd"]["rollouts_to_grpo_final"] == 32 and rows["grpo_negated"]["rollouts_to_grpo_final"] == \
@@ -338,3 +509,7 @@ def test_a_run_takes_the_selections_step_0_only_where_it_was_measured_as_the_run
     assert reusable_step0(selection, finer) is None
     assert reusable_step0(selection, dataclasses.replace(learn, eval_seed=learn.eval_seed + 1)) is None
     assert reusable_step0({"step0": point}, learn) is None  # a selection that does not say how it measured
+    # a tool-use race's measurement plays episodes of agentic.max_steps steps: another step cap measures anew
+    episodes = {"step0": point, "step0_measurement": step0_measurement(learn, 5)}
+    assert reusable_step0(episodes, learn, 5) is point and reusable_step0(episodes, learn, 3) is None
+    assert reusable_step0(episodes, learn) is None

@@ -3,7 +3,7 @@
 Public API:
 
     EnvItem(env_id, env_class_name, env_class_code, tools)                      frozen dataclass
-    TaskItem(env_id, task_id, init_config, task, checklist, ground_truth)       frozen dataclass
+    TaskItem(env_id, task_id, init_config, task, checklist, ground_truth, split_group, tier)   frozen dataclass
     load_envscaler(env_path, task_path) -> tuple[dict[str, EnvItem], list[TaskItem]]
     items_from_dicts(env_dicts, task_dicts) -> tuple[dict[str, EnvItem], list[TaskItem]]
     split_tasks(tasks, test_fraction=0.2) -> tuple[list[TaskItem], list[TaskItem]]
@@ -121,6 +121,10 @@ class TaskItem:
     """(check_item text, check_func source) pairs."""
     ground_truth: list[dict[str, Any]] | None = None
     """Ours, optional: tool calls [{"name", "arguments"}, ...] that solve the task."""
+    split_group: str | None = None
+    """Ours, optional: tasks of one group fall on one side of `split_tasks` (a hinted twin's is its base task's id)."""
+    tier: str | None = None
+    """Ours, optional: the task's difficulty tier (envscaler-mini's "hinted" twins; None: the data's own tasks)."""
 
 
 def load_envscaler(env_path: str | Path, task_path: str | Path) -> tuple[dict[str, EnvItem], list[TaskItem]]:
@@ -146,14 +150,14 @@ def items_from_dicts(env_dicts: Iterable[Mapping[str, Any]] | Mapping[str, Mappi
 
 
 def split_tasks(tasks: Sequence[TaskItem], test_fraction: float = 0.2) -> tuple[list[TaskItem], list[TaskItem]]:
-    """Deterministic task-disjoint (train, test) split: a task is in test when the SHA-256 of its id,
-    read as a number in [0, 1), is below `test_fraction`. Independent of RNG state, of the order and
-    of which other tasks are present, so a task never changes sides as a data set grows."""
+    """Deterministic task-disjoint (train, test) split: a task is in test when the SHA-256 of its id (its
+    `split_group` where it has one), read as a number in [0, 1), is below `test_fraction`. Independent of RNG state,
+    of the order and of which other tasks are present, so a task never changes sides as a data set grows."""
     if not 0.0 <= test_fraction <= 1.0:
         raise ValueError(f"test_fraction must be in [0, 1], got {test_fraction}")
     train, test = [], []
     for task in tasks:
-        (test if _unit_hash(task.task_id) < test_fraction else train).append(task)
+        (test if _unit_hash(task.split_group or task.task_id) < test_fraction else train).append(task)
     return train, test
 
 
@@ -243,7 +247,8 @@ def _parse_tasks(raw: Any, envs: Mapping[str, EnvItem]) -> list[TaskItem]:
             raise ValueError(f"{where}: 'init_config' must be an object (or a JSON string of one)")
         tasks.append(TaskItem(env_id, task_id, init_config, _text(item, "task", where),
                               _checklist(item.get("checklist_with_func"), where),
-                              _ground_truth(item.get("ground_truth"), where)))
+                              _ground_truth(item.get("ground_truth"), where),
+                              _optional_text(item, "split_group", where), _optional_text(item, "tier", where)))
     return tasks
 
 
@@ -252,6 +257,10 @@ def _text(item: Mapping[str, Any], key: str, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{where}: {key!r} must be a non-empty string")
     return value
+
+
+def _optional_text(item: Mapping[str, Any], key: str, where: str) -> str | None:
+    return None if item.get(key) is None else _text(item, key, where)
 
 
 def _maybe_json(value: Any, where: str, key: str) -> Any:

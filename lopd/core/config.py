@@ -380,7 +380,8 @@ class AgenticConfig:
     bank_samples_per_task: int | None = None
     """Base-model episodes per training task for the agentic bank; null = bank.samples_per_task."""
     bank_task_limit: int | None = None
-    """Sample the agentic bank on the first N training tasks only (null: all, the paper protocol)."""
+    """Sample the agentic bank on N training tasks only, evenly spaced over the split so every domain and tier has its
+    share (`lopd.core.rollout.evenly_spaced`; null: all, the paper protocol)."""
     query_instruction: str = "Given a tool-use task, retrieve a solved task whose action trace helps solve it"
     """Retrieval query instruction for agentic tasks (bank.query_instruction is the coding one)."""
     user_base_url: str | None = None
@@ -464,18 +465,19 @@ class LearnRun:
     method: str = "grpo"
     """A trained method of the registry."""
     seed: int = 0
-    """The run's seed: task order and training samples (the measurement's samples follow `learn.eval_seed`)."""
+    """The run's seed: task order and training samples (the measurement's samples follow the race's `eval_seed`)."""
     lr: float | None = None
     """The policy's learning rate; null = the method's own (its section's `lr`, else train.lr); 0 = the update is off
     (the control that must show no change)."""
     steps: int | None = None
-    """Optimizer steps; null = learn.steps."""
+    """Optimizer steps; null = the race's `steps`."""
     negate_advantages: bool = False
     """Flip the sign of every advantage after the method computes them: a deliberately broken policy gradient (the
     control whose reward must fall). Only for a method with group advantages."""
 
-    def check(self, name: str) -> None:
-        where = f"learn.runs.{name}"
+    def check(self, where: str) -> None:
+        """Raise ConfigError naming `where` (its key: `learn.runs.grpo`) for a method that does not train or a bad
+        override."""
         trained = trained_methods()
         require(self.method in trained,
                 f"{where}.method: {self.method!r} is not a trained method (known: {', '.join(trained)})")
@@ -501,13 +503,16 @@ class LearnConfig:
     trains on the same few held-in coding tasks and is measured on those same tasks as it goes, so a method whose
     update works shows its reward rise within minutes on a CPU."""
 
+    section: typing.ClassVar[str] = "learn"
+    """The params section (and race) this class configures: its errors name its keys."""
     candidates: int | None = None
-    """Training tasks screened for the race (the first N of the training split; null: all)."""
+    """Training tasks screened for the race: N evenly spaced over the training split, in its order (null: all)."""
     selection_samples: int = 8
-    """Samples of the base model per candidate task; a task qualifies when its pass rate over them lies strictly
-    between 0 and 1 (a group of rollouts then can disagree: GRPO has signal)."""
+    """Samples of the base model per candidate task; a task qualifies when its samples' rewards are not all equal (a
+    group of rollouts then can disagree: GRPO has signal)."""
     tasks: int = 16
-    """Held-in tasks: of the qualifying ones, those whose pass rate is closest to 1/2 (ties by task-id hash)."""
+    """Held-in tasks: the qualifying ones whose samples' rewards vary most (for 0/1 rewards: pass rate closest to 1/2;
+    ties by task-id hash)."""
     steps: int = 16
     """Optimizer steps of every run (a run's own `steps` overrides)."""
     rollouts_per_step: int = 16
@@ -524,19 +529,32 @@ class LearnConfig:
     sampling noise, and step 0 is the same base-model measurement in each). Not a run's seed, so the measurement
     never replays the training samples."""
     runs: dict[str, LearnRun] = field(default_factory=default_learn_runs)
-    """The race's runs by name (stages learn@<name>)."""
+    """The race's runs by name (stages <section>@<name>: learn@grpo)."""
 
     def __post_init__(self) -> None:
-        require(self.candidates is None or self.candidates >= 1, "learn.candidates: must be >= 1 or null")
-        require(self.selection_samples >= 2, "learn.selection_samples: must be >= 2 (a pass rate strictly between 0 "
-                                             "and 1 needs two samples)")
+        key = self.section
+        require(self.candidates is None or self.candidates >= 1, f"{key}.candidates: must be >= 1 or null")
+        require(self.selection_samples >= 2, f"{key}.selection_samples: must be >= 2 (rewards that differ need two "
+                                             "samples)")
         for name in ("tasks", "steps", "rollouts_per_step", "max_new_tokens", "eval_samples", "eval_every"):
-            require(getattr(self, name) >= 1, f"learn.{name}: must be >= 1")
-        require(bool(self.runs), "learn.runs: must name at least one run")
+            require(getattr(self, name) >= 1, f"{key}.{name}: must be >= 1")
+        require(bool(self.runs), f"{key}.runs: must name at least one run")
         for name, run in self.runs.items():
-            run.check(name)
-            require(run.seed != self.eval_seed, f"learn.runs.{name}.seed: must differ from learn.eval_seed "
+            run.check(f"{key}.runs.{name}")
+            require(run.seed != self.eval_seed, f"{key}.runs.{name}.seed: must differ from {key}.eval_seed "
                                                 f"({self.eval_seed}), or the measurement replays training samples")
+
+
+@dataclass
+class ToolLearnConfig(LearnConfig):
+    """The tool-use learning race (`make learn-tool`, pipelines/learn/dvc.yaml): the learning race on held-in
+    EnvScaler-format training tasks, whole episodes of at most agentic.max_steps policy steps, with partial-credit
+    rewards."""
+
+    section: typing.ClassVar[str] = "learn_tool"
+    """The params section (and race) this class configures: its errors name its keys."""
+    max_new_tokens: int = 1024
+    """Tokens sampled per policy step of the race's episodes and measurement episodes (its agentic.max_step_tokens)."""
 
 
 LAUNCHERS = ("torchrun", "accelerate")
@@ -601,6 +619,7 @@ class Config:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     learn: LearnConfig = field(default_factory=LearnConfig)
+    learn_tool: ToolLearnConfig = field(default_factory=ToolLearnConfig)
     method_sections: dict[str, Any] = field(default_factory=lambda: {
         name: spec.config_class()() for name, spec in registry.METHODS.items()})
     """Each registered method's own section by name, an instance of its registry entry's config class."""
@@ -636,14 +655,18 @@ class Config:
                     f"train.rollouts_per_step: must be a multiple of {name}.group_size ({group})")
             require((self.agentic.rollouts_per_step or group) % group == 0,
                     f"agentic.rollouts_per_step: must be a multiple of {name}.group_size ({group})")
-            require(self.learn.rollouts_per_step % group == 0,
-                    f"learn.rollouts_per_step: must be a multiple of {name}.group_size ({group})")
+            for race in (self.learn, self.learn_tool):
+                require(race.rollouts_per_step % group == 0,
+                        f"{race.section}.rollouts_per_step: must be a multiple of {name}.group_size ({group})")
         if isinstance(self.launch.processes, int):
             require(not (error := process_split_error(self, self.launch.processes)), f"launch.processes: {error}")
         a = self.agentic
         require(a.max_step_tokens < a.max_context_tokens,
                 f"agentic.max_step_tokens: must be < agentic.max_context_tokens ({a.max_context_tokens}), "
                 "or no episode can take a step")
+        require(self.learn_tool.max_new_tokens < a.max_context_tokens,
+                f"learn_tool.max_new_tokens: must be < agentic.max_context_tokens ({a.max_context_tokens}), or no "
+                "episode of the tool-use race can take a step")
 
     def rollouts_per_task(self) -> dict[str, int]:
         """Each method the run trains or evaluates (`methods`, `baseline_methods`): its rollouts per task, its group

@@ -10,7 +10,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Protocol, Sequence
+from typing import Any, Callable, NamedTuple, Protocol, Sequence, TypeVar
 
 import torch
 from transformers import AutoConfig, GenerationConfig, PreTrainedTokenizerBase
@@ -22,6 +22,17 @@ from lopd.core.sampling import ROLLOUT_ATTENTION, HFBackend, RolloutBackend, Sam
 from lopd.core.static_decode import STATIC_ATTENTION, StaticDecoder, supports
 from lopd.core.trajectory import Trajectory, Turn
 from lopd.core.vllm_backend import INSTALL_HINT, runs_on_cpu, vllm_available
+
+T = TypeVar("T")
+
+
+def evenly_spaced(items: Sequence[T], n: int) -> list[T]:
+    """`n` of `items` spread evenly over all of them, in their order: the item at position floor(i * len / n) for
+    i = 0..n-1 (all of them where n >= len). A split that lists its tasks by kind (a domain, a tier) gives every kind
+    its share: the learning races' candidates and the agentic bank's tasks under a limit."""
+    if n >= len(items):
+        return list(items)
+    return [items[i * len(items) // n] for i in range(n)]
 
 
 @dataclass(frozen=True)

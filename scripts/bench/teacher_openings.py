@@ -30,7 +30,7 @@ from lopd.core.config import load_config  # noqa: E402
 from lopd.core.jsonl import read_json  # noqa: E402
 from lopd.core.models import load_model, load_tokenizer  # noqa: E402
 from lopd.core.rollout import encode_prompt, make_backend, sampling_params  # noqa: E402
-from pipelines.common import BASE_MODEL_DIR, DOMAINS, LEARN_SELECTION, run_stage, training_domain  # noqa: E402
+from pipelines.common import BASE_MODEL_DIR, DOMAINS, RACES, run_stage, training_domain  # noqa: E402
 
 OUT = REPO / "reports" / "tables" / "teacher_openings.md"
 CUTS = (256, 512)
@@ -75,7 +75,7 @@ def main() -> None:
     cfg = load_config()
     tokenizer, model = load_tokenizer(args.model_dir), load_model(args.model_dir).eval()
     pool = load_pool(DOMAINS["code"].pool / POOL_FILE)
-    held_in = read_json(LEARN_SELECTION)["held_in"]
+    held_in = read_json(RACES["learn"].selection)["held_in"]
     fences = fence_ids(tokenizer)
     teachers = {"SDFT": SDFT(cfg, DOMAINS["code"]), "OPSD": OPSD(cfg, DOMAINS["code"])}
     rows, sampled = [], {}

@@ -15,6 +15,9 @@ Records (plain dicts, as EnvScaler stores them):
                     instruction), checklist_with_func ([{check_item, check_func}], each check_func
                     the source of `def check_func(final_state) -> bool`), ground_truth (our extra
                     field: the tool calls [{name, arguments}] that solve the task)
+  hinted twins      the same tasks again with the internal ids their writes need in the instruction, one write
+                    away from solved (`tasks/hinted.py`): our extra fields `tier` ("hinted") and `split_group`
+                    (the base task's id, which keeps a twin on its base task's side of the train/test split)
 
 Conventions the classes follow: `Cls(init_config)` or `Cls()` followed by setting each init_config
 key as an attribute both give the same instance; tools take keyword arguments and return
@@ -33,6 +36,7 @@ from typing import Any
 
 from .schema import introduction, tool_schemas
 from .tasks._common import TaskBook
+from .tasks.hinted import hinted_twin
 
 SUITE_NAME = "envscaler-mini"
 
@@ -71,7 +75,7 @@ def _task_items() -> tuple[dict[str, Any], ...]:
         book = TaskBook(env_id(domain), module.ENV_CLASS, module.INIT_CONFIG)
         module.build(book)
         tasks.extend(book.tasks)
-    return tuple(tasks)
+    return tuple(tasks + [twin for task in tasks if (twin := hinted_twin(task)) is not None])
 
 
 def env_items() -> list[dict[str, Any]]:
@@ -80,5 +84,6 @@ def env_items() -> list[dict[str, Any]]:
 
 
 def task_items() -> list[dict[str, Any]]:
-    """All tasks, grouped by domain in DOMAINS order, numbered within each domain (fresh copies)."""
+    """All tasks (fresh copies): the base tier grouped by domain in DOMAINS order and numbered within each domain,
+    then the hinted twins in the same order."""
     return copy.deepcopy(list(_task_items()))
