@@ -17,6 +17,7 @@ help: ## this list
 	@echo "  learn_sweep.py        a tuning sweep of one setting of one learning-race run, then its table"
 	@echo "  wall_time.py          a recorded run's wall time per stage, from MLflow (reports/perf/default_run_wall_time*)"
 	@echo "  paired_validation.py  two training runs' validation rewards compared task by task"
+	@echo "  envscaler_tier_probe.py  the base model on one envscaler-mini tier -> reports/probes/ (docs/agentic.md)"
 	@echo "  gpu_check.py          make gpu-check; ddp_check.py and vllm_ranks_check.py are its torchrun workers"
 	@echo "  setup.sh              make setup: .venv with the pinned packages"
 	@echo "  bench/                benchmarks and one-off measurements -> reports/perf/ (docs/performance.md)"

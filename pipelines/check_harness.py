@@ -85,15 +85,18 @@ def check_row(cfg: Config, name: str, writer: ScriptWriter) -> RowCheck:
     return check_tool_benchmark(name, opened, writer, a.max_step_tokens, a.max_context_tokens, a.tool_call_format)
 
 
-def run(cfg: Config, tokenizer, rows: tuple[str, ...], evaluated: int | None = None) -> list[RowCheck]:
+def run(cfg: Config, tokenizer, rows: tuple[str, ...],
+        evaluated: dict[str, int | None] | None = None) -> list[RowCheck]:
     """The table's `rows`, on every task (on the first `agentic.task_limit` of each where set); `evaluated`: how many
-    first tasks of Table 1's benchmarks evaluation plays (its own `agentic.task_limit`; None: all)."""
+    first tasks of each of Table 1's benchmarks evaluation plays (`AgenticConfig.benchmark_limit`; None: all)."""
     writer = ScriptWriter(tokenizer, cfg.model.name)  # before any work: the template writes tool calls
+    # the check's own limit for every benchmark, EnvScaler's too (evaluation's are `evaluated`)
+    cfg = dataclasses.replace(cfg, agentic=dataclasses.replace(cfg.agentic, envscaler_task_limit=None))
     checked = []
     for name in rows:
         row = check_row(cfg, name, writer)
         if name in AGENTIC_BENCHMARKS:
-            row = dataclasses.replace(row, evaluated=evaluated)
+            row = dataclasses.replace(row, evaluated=(evaluated or {}).get(name))
         checked.append(row)
         print(f"{name}: n={len(row.tasks)} scripted={row.mean('scripted')} null={row.mean('null')} "
               f"({row.seconds:.0f} s){' ' + row.note if row.note else ''}", flush=True)
@@ -104,7 +107,7 @@ def main() -> None:
     args, cfg = parse_args(__doc__, **{"task-limit": TASK_LIMIT_ARG})
     if args.task_limit is not None and args.task_limit < 1:
         sys.exit("error: --task-limit: must be >= 1")
-    evaluated = cfg.agentic.task_limit
+    evaluated = {name: cfg.agentic.benchmark_limit(name) for name in AGENTIC_BENCHMARKS}
     cfg = dataclasses.replace(cfg, agentic=dataclasses.replace(cfg.agentic, task_limit=args.task_limit))
     agentic.check_sandbox()  # before any work: the EnvScaler worker and the code sandbox run known programs right
     code.check_sandbox()

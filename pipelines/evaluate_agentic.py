@@ -211,7 +211,7 @@ def run(cfg: Config, method: str, model_dir: Callable[[], Path], wrap: Wrap | No
             folder.mkdir()
             for name in a.benchmarks:
                 summary = {"method": method, **context, "benchmark": name, "profile": cfg.profile, "seed": cfg.seed,
-                           "task_limit": a.task_limit, "tool_call_format": a.tool_call_format}
+                           "task_limit": a.benchmark_limit(name), "tool_call_format": a.tool_call_format}
                 if name in notes:
                     summary.update({"note": notes[name], "n_tasks": 0})
                     trajectories = []

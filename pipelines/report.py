@@ -32,7 +32,7 @@ from evaluation.tables import (
     tool_use_table,
 )
 from lopd.core import registry
-from lopd.core.config import REPO_ROOT
+from lopd.core.config import REPO_ROOT, AgenticConfig
 from lopd.core.jsonl import read_json
 from lopd.core.tracking import Tracker
 from pipelines.common import DOMAINS, parse_args, recorded_summaries, run_stage, stage_name
@@ -190,6 +190,16 @@ def table_metrics(name: str, table: Table | ResultTable) -> dict[str, float]:
     return metrics
 
 
+def tool_use_subset(a: AgenticConfig) -> str:
+    """Which tasks of each benchmark Table 1 holds, for its title."""
+    limit, envscaler = a.task_limit, a.benchmark_limit("envscaler")
+    subset = ("all tasks" if limit is None else "the first task of each benchmark" if limit == 1
+              else f"first {limit} tasks per benchmark")
+    if envscaler != limit:
+        subset += f" ({'all' if envscaler is None else f'first {envscaler}'} of EnvScaler's test split)"
+    return subset
+
+
 def main() -> None:
     _, cfg = parse_args(__doc__)
     with Tracker(cfg, stage_name("report")) as tracker:
@@ -210,9 +220,7 @@ def main() -> None:
         tool_use.notes.append(budget_note(trained["agentic"]))
         data = sorted({s["data"] for runs in agentic.values() for b, s in runs.items()
                        if b == "envscaler" and "data" in s})
-        limit = cfg.agentic.task_limit
-        agentic_subset = ("all tasks" if limit is None else "the first task of each benchmark" if limit == 1
-                          else f"first {limit} tasks per benchmark")
+        agentic_subset = tool_use_subset(cfg.agentic)
         tool_title = (f"Tool-use results ({cfg.profile} profile, model {cfg.model.name}, score 0-100, "
                       f"{agentic_subset}, EnvScaler data: {', '.join(data) or 'n/a'}; {describe(tool_use)})")
         validated = validations(cfg.methods)

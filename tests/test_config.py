@@ -95,6 +95,7 @@ def test_paper_values_are_the_defaults():
     ({"composer": {"lora_rank": 0}}, "composer.lora_rank"),
     ({"cold_start": {"grad_clip": 0}}, "cold_start.grad_clip"),
     ({"agentic": {"tool_call_format": "json"}}, "agentic.tool_call_format: 'json' is not strict or lenient"),
+    ({"agentic": {"envscaler_task_limit": 0}}, "agentic.envscaler_task_limit: must be >= 1 or null"),
 ])
 def test_bad_params_give_one_line_error_naming_the_key(raw, message):
     with pytest.raises(ConfigError) as err:
@@ -280,3 +281,11 @@ def test_a_trained_method_with_zero_steps_is_refused(raw, message):
     with pytest.raises(ConfigError) as err:
         resolve(raw)
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_envscaler_has_its_own_evaluation_size():
+    """agentic.envscaler_task_limit sizes EnvScaler alone; null leaves it to agentic.task_limit."""
+    cfg = resolve({"profile": "cpu", "agentic": {"task_limit": 5, "envscaler_task_limit": 48}})
+    assert [cfg.agentic.benchmark_limit(b) for b in ("envscaler", "bfcl_base", "acebench_multi_turn")] == [48, 5, 5]
+    cfg = resolve({"profile": "cpu", "agentic": {"task_limit": 5, "envscaler_task_limit": None}})
+    assert cfg.agentic.benchmark_limit("envscaler") == 5

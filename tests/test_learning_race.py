@@ -132,9 +132,12 @@ def test_evenly_spaced_candidates_match_brute_force():
             got = evenly_spaced(items, n)
             assert got == expected, (length, n)
             assert len(set(got)) == min(n, length)
-    # envscaler-mini's train split lists its base tier, then its hinted one: both get their share (not the first 40)
-    split = [f"base{i}" for i in range(244)] + [f"hinted{i}" for i in range(244)]
-    assert sum(t.startswith("hinted") for t in evenly_spaced(split, 40)) == 20
+    # envscaler-mini's train split: 12 domains in turn, each base task followed by its hinted twin: every domain and
+    # both tiers get their share (the first 40 would be two domains')
+    split = [f"{i * 12 // 244}.{tier}{i}" for i in range(244) for tier in ("base", "hinted")]
+    picked = evenly_spaced(split, 40)
+    assert sum(".hinted" in t for t in picked) == 20
+    assert {t.split(".")[0] for t in picked} == {str(d) for d in range(12)}
 
 
 def _point(step, rewards):

@@ -59,3 +59,15 @@ def test_fig4_files_are_written_and_its_csv_reads_back(tmp_path, monkeypatch):
     rows = list(csv.DictReader((tmp_path / "fig4.csv").open()))
     assert {r["method"] for r in rows} == {"lopd", "grpo", "sdpo"} and len(rows) == 6
     assert [r["ci_low"] for r in rows if r["curve"] == "train"] == [""] * 4
+
+
+def test_tool_use_title_names_envscalers_own_size():
+    from lopd.core.config import resolve
+
+    def subset(task_limit, envscaler_task_limit):
+        agentic = {"task_limit": task_limit, "envscaler_task_limit": envscaler_task_limit}
+        return report.tool_use_subset(resolve({"profile": "cpu", "agentic": agentic}).agentic)
+
+    assert subset(5, 48) == "first 5 tasks per benchmark (first 48 of EnvScaler's test split)"
+    assert subset(5, None) == "first 5 tasks per benchmark"
+    assert subset(None, None) == "all tasks"

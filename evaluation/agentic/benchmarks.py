@@ -24,9 +24,10 @@ class Benchmark:
 
 
 def load_benchmark(cfg: Config, name: str, user: UserSimulator) -> Benchmark:
-    """One of Table 1's benchmarks (`lopd.core.config.AGENTIC_BENCHMARKS`), its first `agentic.task_limit` tasks.
+    """One of Table 1's benchmarks (`lopd.core.config.AGENTIC_BENCHMARKS`), its first `agentic.task_limit` tasks
+    (EnvScaler: `agentic.envscaler_task_limit`, `AgenticConfig.benchmark_limit`).
     Missing data raises OSError/ValueError with the path in the message."""
-    a, limit = cfg.agentic, cfg.agentic.task_limit
+    a, limit = cfg.agentic, cfg.agentic.benchmark_limit(name)
     if name == "envscaler":
         data = envscaler_data(cfg)
         test = data.test[:limit]

@@ -375,6 +375,9 @@ class AgenticConfig:
     ``` fence, else a bare call object in the text (for models such as Qwen2.5-Coder-0.5B that answer in fences)."""
     task_limit: int | None = None
     """Evaluate only the first N tasks of each agentic benchmark (null: all, the paper protocol)."""
+    envscaler_task_limit: int | None = None
+    """Evaluate only the first N tasks of EnvScaler's test split (null: agentic.task_limit): the one benchmark where
+    the small models' scores spread, so it is sized to call a 20-point difference between two methods."""
     bank_success_threshold: float = 0.8
     """An agentic rollout enters LOPD's bank (and the oracle pool) when its reward is at least this."""
     bank_samples_per_task: int | None = None
@@ -409,10 +412,17 @@ class AgenticConfig:
             require(getattr(self, name) >= 1, f"agentic.{name}: must be >= 1")
         require(self.tool_call_format in ("strict", "lenient"),
                 f"agentic.tool_call_format: {self.tool_call_format!r} is not strict or lenient")
-        require(self.task_limit is None or self.task_limit >= 1, "agentic.task_limit: must be >= 1 or null")
+        for name in ("task_limit", "envscaler_task_limit"):
+            require(getattr(self, name) is None or getattr(self, name) >= 1, f"agentic.{name}: must be >= 1 or null")
         require(0 <= self.bank_success_threshold <= 1, "agentic.bank_success_threshold: must be in [0, 1]")
         for name in ("bank_samples_per_task", "bank_task_limit"):
             require(getattr(self, name) is None or getattr(self, name) >= 1, f"agentic.{name}: must be >= 1 or null")
+
+    def benchmark_limit(self, benchmark: str) -> int | None:
+        """How many of a benchmark's first tasks evaluation plays (None: all)."""
+        if benchmark == "envscaler" and self.envscaler_task_limit is not None:
+            return self.envscaler_task_limit
+        return self.task_limit
 
 
 @dataclass

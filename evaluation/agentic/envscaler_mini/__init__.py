@@ -75,7 +75,7 @@ def _task_items() -> tuple[dict[str, Any], ...]:
         book = TaskBook(env_id(domain), module.ENV_CLASS, module.INIT_CONFIG)
         module.build(book)
         tasks.extend(book.tasks)
-    return tuple(tasks + [twin for task in tasks if (twin := hinted_twin(task)) is not None])
+    return tuple(item for task in tasks for item in (task, hinted_twin(task)) if item is not None)
 
 
 def env_items() -> list[dict[str, Any]]:
@@ -84,6 +84,6 @@ def env_items() -> list[dict[str, Any]]:
 
 
 def task_items() -> list[dict[str, Any]]:
-    """All tasks (fresh copies): the base tier grouped by domain in DOMAINS order and numbered within each domain,
-    then the hinted twins in the same order."""
+    """All tasks (fresh copies), grouped by domain in DOMAINS order and numbered within each domain, each base task
+    followed by its hinted twin: the first N tasks of a split hold both tiers."""
     return copy.deepcopy(list(_task_items()))
