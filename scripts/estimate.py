@@ -58,7 +58,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from baselines.config import GRPOConfig, SDPOConfig, SkillSDConfig  # noqa: E402
-from lopd.core.config import Config, resolve  # noqa: E402
+from lopd.core.config import Config, resolve, resolve_recorded  # noqa: E402
 from lopd.core.device import stage_malloc_mode  # noqa: E402
 from pipelines.common import RACES  # noqa: E402
 
@@ -859,14 +859,15 @@ def rollout_ratios(machine_rollouts: Path, profile: str) -> dict[str, dict | str
     return ratios
 
 
-def recorded_config(profile: str, record: dict) -> Config:
+def recorded_config(record: dict) -> Config:
     """The config the recorded run ran: params.yaml at the commit of its last stage (its stages' commits all resolve
-    alike), under `profile`'s composition. Like with like: params changed since (e.g. data.validation_tasks 32 -> 96)
-    change the estimate of a run to come, not of the one recorded."""
+    alike; keys added since at their defaults, `resolve_recorded`). Like with like: params changed since (e.g.
+    data.validation_tasks 32 -> 96, agentic.envscaler_task_limit 48) change the estimate of a run to come, not of the
+    one recorded."""
     commit = max(record["stages"].values(), key=lambda entry: entry["finished"])["commit"]
     text = subprocess.run(["git", "show", f"{commit}:params.yaml"], cwd=REPO, capture_output=True, text=True,
                           check=True).stdout
-    return resolve({**yaml.safe_load(text), "profile": profile})
+    return resolve_recorded(yaml.safe_load(text))
 
 
 def recorded_file(record: dict, stage: str, path: str) -> str | None:
@@ -977,7 +978,7 @@ def main() -> None:
     if args.check:
         record = recorded_run(args.record)
         sampler, matmul = recorded_sampler(record), recorded_matmul(record)
-        ran = recorded_config(cfg.profile, record)
+        ran = recorded_config(record)
         malloc = recorded_malloc(record)
         as_recorded = cpu_costs(ran, args.mean_tokens, args.eval_mean_tokens, sampler=sampler, matmul=matmul,
                                 malloc=malloc)

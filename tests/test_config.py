@@ -21,6 +21,7 @@ from lopd.core.config import (
     resolve,
     resolve_model,
     resolve_path,
+    resolve_recorded,
 )
 from lopd.latent.config import LOPDConfig
 
@@ -289,3 +290,14 @@ def test_envscaler_has_its_own_evaluation_size():
     assert [cfg.agentic.benchmark_limit(b) for b in ("envscaler", "bfcl_base", "acebench_multi_turn")] == [48, 5, 5]
     cfg = resolve({"profile": "cpu", "agentic": {"task_limit": 5, "envscaler_task_limit": None}})
     assert cfg.agentic.benchmark_limit("envscaler") == 5
+
+
+def test_params_recorded_before_a_key_existed_resolve_it_to_its_default_not_the_profiles():
+    """A params.yaml written before agentic.envscaler_task_limit ran EnvScaler at agentic.task_limit: recorded runs
+    are estimated as they ran, though the cpu profile now sets 48; the recorded values themselves all win."""
+    recorded = compose("cpu")
+    del recorded["agentic"]["envscaler_task_limit"]
+    recorded["agentic"]["task_limit"] = 7
+    cfg = resolve_recorded(recorded)
+    assert (cfg.agentic.benchmark_limit("envscaler"), cfg.agentic.task_limit, cfg.profile) == (7, 7, "cpu")
+    assert resolve({"profile": "cpu"}).agentic.benchmark_limit("envscaler") == 48

@@ -46,7 +46,7 @@ def test_the_cpu_estimate_matches_the_recorded_run_per_domain_at_its_machines_sp
     machine slower at sampling than the recording one (ratio > 1) estimates longer than that speed does, a faster one
     shorter."""
     record = estimate.recorded_run(REPO / "reports" / "perf" / "default_run_wall_time.json")
-    cfg = estimate.recorded_config("cpu", record)
+    cfg = estimate.recorded_config(record)
     assert cfg.data.validation_tasks == 32  # the recorded run's, not today's 96
     costs = estimate.cpu_costs(cfg, None, None, sampler=estimate.recorded_sampler(record),
                                matmul=estimate.recorded_matmul(record),
@@ -73,7 +73,8 @@ def test_the_tool_use_stages_timed_on_this_code_match_the_estimate(estimate):
     stages: within 25% in all and per kind (evaluations, the rest)."""
     record = estimate.recorded_run(REPO / "reports" / "perf" / "default_run_wall_time.2026-12-04-tool-use.json")
     assert (record["sampler"], record["malloc"], record["cpu_matmul"]) == ("top_k_first", "heap", "onednn")
-    cfg = estimate.recorded_config("cpu", record)
+    cfg = estimate.recorded_config(record)
+    assert cfg.agentic.benchmark_limit("envscaler") == 5  # the recorded run's, not today's 48
     costs = estimate.cpu_costs(cfg, None, None, sampler=record["sampler"], matmul=record["cpu_matmul"],
                                malloc=record["malloc"])
     predicted, _, _ = estimate.estimate(cfg, costs, 1)

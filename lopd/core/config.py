@@ -788,16 +788,18 @@ def _lookup(raw: dict[str, Any], key: str) -> Any:
     return value
 
 
-def compose(profile: str = "cpu", overrides: Sequence[str] = ()) -> dict[str, Any]:
+def compose(profile: str | None = "cpu", overrides: Sequence[str] = ()) -> dict[str, Any]:
     """The params mapping `dvc exp run -S profile=<profile> -S <override>...` writes to params.yaml: Hydra composes
-    conf/config.yaml, the profile, then the overrides (Hydra override syntax, e.g. `train.lr=3e-6`)."""
+    conf/config.yaml, the profile, then the overrides (Hydra override syntax, e.g. `train.lr=3e-6`). Profile None:
+    conf/config.yaml alone (the dataclass defaults)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
 
     try:
         with initialize_config_dir(str(CONF_DIR), version_base=None):
-            cfg = hydra_compose(config_name="config", overrides=[f"profile={profile}", *overrides])
+            chosen = f"profile={profile}" if profile is not None else "~profile"
+            cfg = hydra_compose(config_name="config", overrides=[chosen, *overrides])
         return OmegaConf.to_container(cfg, resolve=True)
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(f"conf/: {str(err).splitlines()[0]}") from None
@@ -808,6 +810,13 @@ def resolve(raw: dict[str, Any]) -> Config:
     the profile's composition with every value in `raw` set on top (explicit values always win)."""
     base = compose(raw.get("profile", "cpu"))
     return build_config(_merged(base, raw))
+
+
+def resolve_recorded(raw: dict[str, Any]) -> Config:
+    """A Config from a params.yaml that earlier code wrote: a key it lacks takes its dataclass default, not a profile's
+    value, since a key is added with a default that keeps the behaviour before it (e.g. agentic.envscaler_task_limit
+    null: EnvScaler at agentic.task_limit)."""
+    return build_config(_merged(compose(None), raw))
 
 
 def _merged(base: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
