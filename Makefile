@@ -30,7 +30,7 @@ reproduce: setup ## the whole DVC pipeline, the paper's tables (cpu profile: abo
 
 test: setup ## ruff and the test suite
 	ruff check .
-	python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
+	python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 
 smoke: setup ## the whole DAG on the smoke profile, as a DVC experiment (minutes)
 	dvc exp run -S profile=smoke

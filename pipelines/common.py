@@ -155,8 +155,8 @@ METHOD_ARG = {"required": True, "choices": list(registry.METHODS), "help": "meth
 
 
 def for_domain(cfg: Config, domain: str) -> Config:
-    """The config a domain's stages run with: the agentic domain takes its own step budget, rollouts per step
-    and bank settings from `agentic` (null keeps the shared value; a null task limit is no limit)."""
+    """The config a domain's stages run with: the agentic domain takes its own step budgets (training, cold start),
+    rollouts per step and bank settings from `agentic` (null keeps the shared value; a null task limit is no limit)."""
     if domain == "code":
         return cfg
     a = cfg.agentic
@@ -166,6 +166,8 @@ def for_domain(cfg: Config, domain: str) -> Config:
     raw["bank"]["query_instruction"] = a.query_instruction
     raw["bank"]["samples_per_task"] = a.bank_samples_per_task or cfg.bank.samples_per_task
     raw["bank"]["task_limit"] = a.bank_task_limit
+    if a.cold_start_steps is not None:
+        raw["cold_start"]["steps"] = a.cold_start_steps
     if a.steps is not None:
         for name in registry.METHODS:
             if "steps" in raw[name]:

@@ -51,6 +51,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import mean
 
 import yaml
 
@@ -58,9 +59,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from baselines.config import GRPOConfig, SDPOConfig, SkillSDConfig  # noqa: E402
-from lopd.core.config import Config, resolve, resolve_recorded  # noqa: E402
+from lopd.core.config import Config, load_config, resolve, resolve_recorded  # noqa: E402
 from lopd.core.device import stage_malloc_mode  # noqa: E402
-from pipelines.common import RACES  # noqa: E402
+from pipelines.common import RACES, for_domain  # noqa: E402
 
 PERF = REPO / "reports" / "perf"
 GPU_NAMES = {"h100": "H100", "h200": "H200"}
@@ -75,6 +76,8 @@ CHECK_RECORD = PERF / "default_run_wall_time.2026-12-04-tool-use.json"
 """The record `--check` compares with by default: the newest of today's code timed on one machine (scripts/wall_time.py;
 8 tool-use stages run on the benchmarks' machine in the session that measured profile_rollouts.json). Older records,
 e.g. the first complete one (default_run_wall_time.json, 2026-11-26, another sampler), are checked with `--record`."""
+BANK_RECORD = "metrics/agentic/bank.json"
+"""build_bank_agentic's metrics: how many of the episodes it played the bank kept."""
 CHECK_RECORD_ROLLOUTS = PERF / "profile_rollouts.json"
 """CHECK_RECORD's machine's `--record-rollouts`: that record was timed in the session that measured this file."""
 
@@ -117,8 +120,14 @@ class Costs:
     """A cold start step per bank entry it trains on (compose, the teacher's pass, backward, AdamW)."""
     cold_start_measure_s: float
     """The cold start's NLL measurement per bank entry (forward only)."""
+    cold_start_entry_positions: float
+    """The positions a measured (code) bank entry puts through the models: its teacher sequence and the encoder's
+    items; a tool-use entry's cost scales by its own (`agentic_entry_positions`)."""
     anchor_s: float
     """Composing one training task's anchor latents (the cold start's c_phi0)."""
+    compose_positions: float
+    """The encoder positions a measured (code) task's composing reads: its query and its retrieved items; a tool-use
+    task's anchors scale by its own (`agentic_compose_positions`)."""
     lopd_s: float
     """A whole LOPD update, per action token."""
     optimizer_s: float
@@ -296,6 +305,8 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
         cold_start_entry_s=latent_scale * cold["step_s"] / cold["batch_size"],
         cold_start_measure_s=latent_scale * cold["seconds_per_measured_entry"],
         anchor_s=latent_scale * cold["seconds_per_anchor_task"],
+        cold_start_entry_positions=cold["step_positions"] / cold["batch_size"],
+        compose_positions=mean(b["positions_per_task"] for b in latent["compose"]["per_benchmark"].values()),
         optimizer_s=adamw["step_s"], first_optimizer_s=adamw["first_step_s"] - adamw["step_s"],
         agentic_update_s={kind: matmul_factor(v.get("cpu_matmul", UNNAMED_MATMUL), target)
                           * scale["agentic_update.json"]["update"] * v["update_s"] / sum(v["sequence_tokens"])
@@ -353,7 +364,8 @@ def gpu_costs(cfg: Config, gpu: str, cpu: Costs) -> Costs:
         prefill_rate=cpu.prefill_rate * sampling, student_s=grpo_s, teacher_s=cpu.teacher_s / speedup,
         composer_s=cpu.composer_s / speedup, lopd_s=lopd_s, compose_s=cpu.compose_s / speedup,
         cold_start_entry_s=cpu.cold_start_entry_s / speedup, cold_start_measure_s=cpu.cold_start_measure_s / speedup,
-        anchor_s=cpu.anchor_s / speedup, optimizer_s=0.0,
+        anchor_s=cpu.anchor_s / speedup, cold_start_entry_positions=cpu.cold_start_entry_positions,
+        compose_positions=cpu.compose_positions, optimizer_s=0.0,
         first_optimizer_s=0.0,
         agentic_update_s={k: v / speedup for k, v in cpu.agentic_update_s.items()}, startup_s=cpu.startup_s,
         engine_start_s=cpu.engine_start_s,
@@ -447,10 +459,11 @@ class Episodes:
     bank_note: str
 
 
-def episodes(cfg: Config) -> Episodes:
+def episodes(cfg: Config, bank: dict | None = None) -> Episodes:
     """Steps, tokens and sequence as profile_rollouts.json's agentic training step played them (the profile's entry,
-    else the cpu profile's); the bank's successes from its batch where measured (else the step's); the success rate
-    tool_calls.json's."""
+    else the cpu profile's); the bank's successes from `bank` (a build_bank_agentic record: metrics/agentic/bank.json,
+    all of its episodes, on any CPU) where given, else from the benchmark's bank batch where measured (else its
+    step's); the success rate tool_calls.json's."""
     profiles = read("profile_rollouts.json")
     entry = profiles.get(cfg.profile) or profiles["cpu"]
     played = entry.get("agentic_train_step")
@@ -462,12 +475,20 @@ def episodes(cfg: Config) -> Episodes:
                  f"bank_successes (python scripts/bench/bench_profile_rollouts.py --profile {cfg.profile} "
                  "--parts agentic)")
     ended = read("tool_calls.json")["episodes"]["ended"]
-    banked, which = (entry["agentic_bank_batch"], "bank") if "agentic_bank_batch" in entry else (played, "training")
+    if bank and bank.get("n_rollouts"):
+        successes = round(bank["rollout_success_rate"] * bank["n_rollouts"])
+        bank_success = successes / bank["n_rollouts"]
+        bank_note = (f"{successes} of the {bank['n_rollouts']} episodes build_bank_agentic played reached the bank's "
+                     f"threshold (metrics/agentic/bank.json)")
+    else:
+        banked, which = ((entry["agentic_bank_batch"], "bank") if "agentic_bank_batch" in entry
+                         else (played, "training"))
+        bank_success = banked["bank_successes"] / banked["episodes"]
+        bank_note = (f"{banked['bank_successes']} of the {banked['episodes']} measured {which} episodes reached the "
+                     f"bank's threshold {banked['bank_success_threshold']} (profile_rollouts.json)")
     return Episodes(played["mean_steps"], played["mean_step_tokens"], played["mean_first_context_tokens"],
-                    played["mean_sequence_tokens"], ended.get("completed", 0) / sum(ended.values()),
-                    banked["bank_successes"] / banked["episodes"],
-                    f"{banked['bank_successes']} of the {banked['episodes']} measured {which} episodes reached the "
-                    f"bank's threshold {banked['bank_success_threshold']} (profile_rollouts.json)")
+                    played["mean_sequence_tokens"], ended.get("completed", 0) / sum(ended.values()), bank_success,
+                    bank_note)
 
 
 def train_stage(method: str) -> str:
@@ -506,17 +527,39 @@ def episode_update_s(c: Costs, method: str, latent: bool, episode: Episodes) -> 
     return episode.sequence_tokens * c.agentic_update_s[kind] * teacher
 
 
+def agentic_entry_positions(cfg: Config, episode: Episodes) -> float:
+    """Positions a tool-use bank entry puts through the models in the cold start: the teacher reads the episode and
+    its n_ret x K latents, the encoder n_ret retrieved items of at most composer.max_item_tokens."""
+    return episode.sequence_tokens + cfg.n_ret * (cfg.latent_tokens + cfg.composer.max_item_tokens)
+
+
+def built_bank(cfg: Config) -> dict | None:
+    """build_bank_agentic's record in the working tree (BANK_RECORD) if params.yaml runs `cfg`'s profile: the bank's
+    successes as the pipeline found them; None otherwise (the benchmark's bank batch decides)."""
+    path = REPO / BANK_RECORD
+    if not path.exists() or load_config().profile != cfg.profile:
+        return None
+    return json.loads(path.read_text())["build_bank_agentic"]
+
+
+def agentic_compose_positions(cfg: Config) -> float:
+    """Encoder positions composing a tool-use task's latent context reads: n_ret retrieved episodes' traces, each cut
+    at composer.max_item_tokens (they run longer), its short query aside."""
+    return cfg.n_ret * cfg.composer.max_item_tokens
+
+
 def agentic_bank_episodes(cfg: Config, train_tasks: int) -> int:
     """The base model's episodes build_bank_agentic plays: agentic.bank_samples_per_task on each of its tasks."""
     a = cfg.agentic
     return min(train_tasks, a.bank_task_limit or train_tasks) * (a.bank_samples_per_task or cfg.bank.samples_per_task)
 
 
-def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float], dict[str, int], list[str]]:
-    """Seconds per stage of the DAG, the counts behind them, and the assumptions made."""
+def estimate(cfg: Config, costs: Costs, processes: int, bank: dict | None = None
+             ) -> tuple[dict[str, float], dict[str, int], list[str]]:
+    """Seconds per stage of the DAG, the counts behind them, and the assumptions made (`bank`: as `episodes`)."""
     counts = code_counts(cfg)
     agentic = agentic_counts(cfg)
-    episode = episodes(cfg)
+    episode = episodes(cfg, bank)
     shares, share_note = signal_shares(cfg, episode.success)
     a, c, share = cfg.agentic, costs, 1 / processes
     skill_sd = cfg.section(SkillSDConfig)
@@ -565,8 +608,11 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
     stage("build_pool_agentic")
     entries = bank_episodes * episode.bank_success
     latent = entries >= 1  # an empty bank retrieves nothing: no latent context (LOPD trains as self-distillation)
-    encode = (c.teacher_s + c.composer_s) * episode.steps * episode.step_tokens
-    stage("cold_start_agentic", cfg.cold_start.steps * min(cfg.cold_start.batch_size, entries) * encode
+    cold = for_domain(cfg, "agentic").cold_start
+    per_entry = agentic_entry_positions(cfg, episode) / c.cold_start_entry_positions  # x a code entry's cost
+    stage("cold_start_agentic", cold.steps * min(cold.batch_size, entries) * c.cold_start_entry_s * per_entry
+          + 2 * min(cold.eval_examples or entries, entries) * c.cold_start_measure_s * per_entry
+          + agentic["train_tasks"] * c.anchor_s * agentic_compose_positions(cfg) / c.compose_positions
           if latent else 0.0)
     for method in cfg.methods:
         name = "train_lopd_agentic" if method == "lopd" else f"train_agentic@{method}"
@@ -606,7 +652,9 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
         "teachers)",
         f"cold start: {cfg.cold_start.steps} steps of {cfg.cold_start.batch_size} bank entries, "
         f"{c.cold_start_entry_s:.1f} s an entry, its NLL measurement {c.cold_start_measure_s:.1f} s an entry, "
-        f"{c.anchor_s:.1f} s a training task's anchors; Base + Composer: {c.compose_s:.1f} s to compose a task's "
+        f"{c.anchor_s:.1f} s a training task's anchors (tool use: {for_domain(cfg, 'agentic').cold_start.steps} "
+        f"steps, an entry's cost x{agentic_entry_positions(cfg, episode) / c.cold_start_entry_positions:.1f}, its "
+        f"positions); Base + Composer: {c.compose_s:.1f} s to compose a task's "
         f"latent context (composer.json; agentic tasks priced as code ones); agentic bank: {entries:.1f} "
         f"successful episodes expected: {episode.bank_note}"
         + ("" if latent else "; so no latent context: LOPD's tool-use update is priced as a text teacher's "
@@ -617,7 +665,8 @@ def estimate(cfg: Config, costs: Costs, processes: int) -> tuple[dict[str, float
     return stage_s, {**counts, **{f"agentic.{k}": v for k, v in agentic.items()}}, assumptions
 
 
-def estimate_learn(cfg: Config, costs: Costs, processes: int, section: str) -> tuple[dict[str, float], list[str]]:
+def estimate_learn(cfg: Config, costs: Costs, processes: int, section: str, bank: dict | None = None
+                   ) -> tuple[dict[str, float], list[str]]:
     """Seconds per stage of a learning race (`section`: learn, the coding race; learn_tool, the tool-use race), and its
     assumptions: the selection's samples and step-0 measurement, then per run its steps (sampling, update) and its
     measurements (sampled at the training temperature, so at the training rate). A coding sample costs the training
@@ -635,7 +684,7 @@ def estimate_learn(cfg: Config, costs: Costs, processes: int, section: str) -> t
         work = [f"race rollouts and measurement samples: {tokens:.0f} tokens on average (the training mean, capped at "
                 f"{section}.max_new_tokens), sampled at the training rate"]
     else:
-        episode = episodes(cfg)
+        episode = episodes(cfg, bank)
         episode_s = episode_seconds(c, episode)
         play = {"many": episode_s["bank"], "grouped": episode_s["grouped"], "single": episode_s["single"]}
         train_tasks = agentic_train_tasks(cfg)
@@ -951,7 +1000,8 @@ def main() -> None:
     costs = cpu_costs(cfg, args.mean_tokens, args.eval_mean_tokens, on_gpu=args.gpu != "cpu")
     if args.gpu != "cpu":
         costs = gpu_costs(cfg, args.gpu, costs)
-    predicted, counts, assumptions = estimate(cfg, costs, args.gpus)
+    bank = built_bank(cfg)
+    predicted, counts, assumptions = estimate(cfg, costs, args.gpus, bank)
     print(f"Estimated wall time of dvc repro: profile {cfg.profile}, {args.gpus} x {args.gpu}")
     print("Assumptions (from reports/perf/ unless stated):")
     print("".join(f"  - {line}\n" for line in assumptions), end="")
@@ -967,7 +1017,7 @@ def main() -> None:
              "learn_tool": "prepare_model, build_bank_agentic, build_pool_agentic, cold_start_agentic"}
     races = {}
     for section, name in (("learn", "make learn's code race"), ("learn_tool", "make learn-tool")):
-        race, race_assumptions = races[section] = estimate_learn(cfg, costs, args.gpus, section)
+        race, race_assumptions = races[section] = estimate_learn(cfg, costs, args.gpus, section, bank)
         print(f"Estimated wall time of {name} (pipelines/learn/dvc.yaml; beside the stages above it reads: "
               f"{reads[section]}):")
         print("".join(f"  - {line}\n" for line in race_assumptions), end="")
@@ -982,7 +1032,9 @@ def main() -> None:
         malloc = recorded_malloc(record)
         as_recorded = cpu_costs(ran, args.mean_tokens, args.eval_mean_tokens, sampler=sampler, matmul=matmul,
                                 malloc=malloc)
-        result = {**check(estimate(ran, as_recorded, args.gpus)[0], record), "record": display(args.record),
+        ran_bank = recorded_file(record, "build_bank_agentic", BANK_RECORD)
+        ran_bank = json.loads(ran_bank)["build_bank_agentic"] if ran_bank else None
+        result = {**check(estimate(ran, as_recorded, args.gpus, ran_bank)[0], record), "record": display(args.record),
                   "sampler": sampler, "cpu_matmul": matmul, "malloc": malloc,
                   "validation_tasks": ran.data.validation_tasks}
         default_pair = args.record.resolve() == CHECK_RECORD.resolve()  # timed where and when the benchmarks were
@@ -994,7 +1046,7 @@ def main() -> None:
         result["updates"] = updates
         at_machine_speed = {
             domain: check(estimate(ran, at_speed(as_recorded, ratio["ratio"], updates if isinstance(updates, dict)
-                                                 else None), args.gpus)[0], record)
+                                                 else None), args.gpus, ran_bank)[0], record)
             for domain, ratio in machine.items() if isinstance(ratio, dict)}
         result["at_recorded_machine_speed"] = {
             domain: at_machine_speed[domain]["domains"][domain] if domain in at_machine_speed else ratio

@@ -97,6 +97,7 @@ def test_paper_values_are_the_defaults():
     ({"cold_start": {"grad_clip": 0}}, "cold_start.grad_clip"),
     ({"agentic": {"tool_call_format": "json"}}, "agentic.tool_call_format: 'json' is not strict or lenient"),
     ({"agentic": {"envscaler_task_limit": 0}}, "agentic.envscaler_task_limit: must be >= 1 or null"),
+    ({"agentic": {"cold_start_steps": -1}}, "agentic.cold_start_steps: must be >= 0 or null"),
 ])
 def test_bad_params_give_one_line_error_naming_the_key(raw, message):
     with pytest.raises(ConfigError) as err:
@@ -301,3 +302,14 @@ def test_params_recorded_before_a_key_existed_resolve_it_to_its_default_not_the_
     cfg = resolve_recorded(recorded)
     assert (cfg.agentic.benchmark_limit("envscaler"), cfg.agentic.task_limit, cfg.profile) == (7, 7, "cpu")
     assert resolve({"profile": "cpu"}).agentic.benchmark_limit("envscaler") == 48
+
+
+def test_the_agentic_domain_takes_its_own_cold_start_steps():
+    """agentic.cold_start_steps sets cold_start_agentic's steps (`for_domain`); null keeps cold_start.steps, and the
+    code domain always runs cold_start.steps."""
+    from pipelines.common import for_domain
+
+    cfg = resolve({"profile": "cpu", "cold_start": {"steps": 12}, "agentic": {"cold_start_steps": 3}})
+    assert (for_domain(cfg, "agentic").cold_start.steps, for_domain(cfg, "code").cold_start.steps) == (3, 12)
+    cfg = resolve({"profile": "cpu", "cold_start": {"steps": 12}, "agentic": {"cold_start_steps": None}})
+    assert for_domain(cfg, "agentic").cold_start.steps == 12

@@ -330,10 +330,32 @@ def test_the_tool_use_race_is_priced_from_the_measured_episodes_within_its_budge
         costs, "opsd", False, episode)) + costs.optimizer_s) + costs.first_optimizer_s + points * measure
     assert stages["learn_tool@opsd"] == pytest.approx(fixed + opsd)
     assert sum(stages.values()) <= 2.5 * 3600
-    monkeypatch.setattr(estimate, "episodes", lambda cfg: dataclasses.replace(episode, bank_success=1.0))
+    monkeypatch.setattr(estimate, "episodes", lambda cfg, bank=None: dataclasses.replace(episode, bank_success=1.0))
     banked, assumptions = estimate.estimate_learn(cfg, costs, 1, "learn_tool")
     assert banked["learn_tool@lopd"] > stages["learn_tool@lopd"] and sum(banked.values()) <= 2.5 * 3600
     assert not any("text teacher" in line for line in assumptions)
+
+
+def test_a_built_bank_prices_the_tool_use_cold_start_by_its_steps_entries_and_anchors(estimate):
+    """Given build_bank_agentic's record, its successes decide the tool-use bank (the benchmark's batch otherwise):
+    the cold start costs agentic.cold_start_steps steps of min(batch, entries) entries, each a code entry's cost
+    scaled by its positions, its NLL measured twice, and every training task's anchors (a code task's, scaled by the
+    encoder positions of its n_ret items)."""
+    cfg = resolve({"profile": "cpu", "agentic": {"cold_start_steps": 2}})
+    costs = estimate.cpu_costs(cfg, None, None)
+    bank = {"n_rollouts": 64, "rollout_success_rate": 12 / 64}
+    episode = estimate.episodes(cfg, bank)
+    assert episode.bank_success == 12 / 64 and "12 of the 64" in episode.bank_note
+    stages, counts, _ = estimate.estimate(cfg, costs, 1, bank)
+    scale = estimate.agentic_entry_positions(cfg, episode) / costs.cold_start_entry_positions
+    per_entry, measure = costs.cold_start_entry_s * scale, costs.cold_start_measure_s * scale
+    anchors = costs.anchor_s * cfg.n_ret * cfg.composer.max_item_tokens / costs.compose_positions
+    work = 2 * 8 * per_entry + 2 * 12 * measure + counts["agentic.train_tasks"] * anchors
+    assert stages["cold_start_agentic"] == pytest.approx(costs.startup_s + work)
+    longer, _, _ = estimate.estimate(resolve({"profile": "cpu", "agentic": {"cold_start_steps": 4}}), costs, 1, bank)
+    assert longer["cold_start_agentic"] == pytest.approx(stages["cold_start_agentic"] + 2 * 8 * per_entry)
+    empty, _, _ = estimate.estimate(cfg, costs, 1, {"n_rollouts": 64, "rollout_success_rate": 0.0})
+    assert empty["cold_start_agentic"] == costs.startup_s and empty["train_lopd_agentic"] < stages["train_lopd_agentic"]
 
 
 def test_a_record_sampled_with_the_backends_sampler_takes_the_measured_episodes(estimate):
@@ -582,12 +604,10 @@ def test_agentic_training_episodes_are_the_measured_ones(estimate, tmp_path, mon
     assert stages["train_agentic@grpo"] == pytest.approx(trained("grpo", "grpo", 10.0))
     assert stages["train_lopd_agentic"] == pytest.approx(trained("lopd", "lopd", 15.0))
     assert stages["build_bank_agentic"] == pytest.approx(costs.startup_s + costs.engine_start_s + bank_episodes * 5.0)
-    # the bank's batch keeps a quarter of its episodes: the cold start trains on that many entries, a batch at most
-    entries = bank_episodes / 4
-    assert episode.bank_success == 0.25 and entries >= 1
-    encode = (costs.teacher_s + costs.composer_s) * 3.0 * 40.0
-    assert stages["cold_start_agentic"] == pytest.approx(
-        costs.startup_s + cfg.cold_start.steps * min(cfg.cold_start.batch_size, entries) * encode)
+    # the bank's batch keeps a quarter of its episodes: the cold start trains on them (priced in
+    # test_a_built_bank_prices_the_tool_use_cold_start_by_its_steps_entries_and_anchors)
+    assert episode.bank_success == 0.25 and bank_episodes / 4 >= 1
+    assert stages["cold_start_agentic"] > costs.startup_s + estimate.agentic_counts(cfg)["train_tasks"] * costs.anchor_s
     profiles["cpu"]["agentic_bank_batch"] = {**bank, "bank_successes": 0}
     (tmp_path / "profile_rollouts.json").write_text(json.dumps(profiles))
     empty, _, _ = estimate.estimate(cfg, costs, 1)
@@ -634,8 +654,8 @@ def test_the_cold_start_and_base_composer_are_priced_from_composer_json(estimate
     cfg = resolve({"profile": "cpu"})
     matmul = json.loads((tmp_path / "lopd_step.json").read_text())["models"][cfg.model.name]["cpu_matmul"]
     latent = {"model": cfg.model.name, "cpu_matmul": matmul, "malloc": estimate.stage_malloc_mode(),
-              "compose": {"seconds_per_task": 2.0},
-              "cold_start": {"step_s": 80.0, "batch_size": 8, "seconds_per_measured_entry": 5.0,
+              "compose": {"seconds_per_task": 2.0, "per_benchmark": {"humaneval_plus": {"positions_per_task": 400}}},
+              "cold_start": {"step_s": 80.0, "batch_size": 8, "step_positions": 8000, "seconds_per_measured_entry": 5.0,
                              "seconds_per_anchor_task": 1.5}}
     (tmp_path / "composer.json").write_text(json.dumps(latent))
     costs = estimate.cpu_costs(cfg, None, None)

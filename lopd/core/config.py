@@ -387,6 +387,9 @@ class AgenticConfig:
     share (`lopd.core.rollout.evenly_spaced`; null: all, the paper protocol)."""
     query_instruction: str = "Given a tool-use task, retrieve a solved task whose action trace helps solve it"
     """Retrieval query instruction for agentic tasks (bank.query_instruction is the coding one)."""
+    cold_start_steps: int | None = None
+    """Composer cold start steps on the agentic bank (null: cold_start.steps). The paper sets steps per domain; a
+    tool-use trajectory reads ~1-4k tokens (the tool list, its results), a coding one ~500, so a step costs more."""
     user_base_url: str | None = None
     """ACEBench multi-turn user simulator: an OpenAI-compatible endpoint (e.g. http://localhost:8000/v1); null =
     a local model in-process (user_model, default the base model)."""
@@ -417,6 +420,8 @@ class AgenticConfig:
         require(0 <= self.bank_success_threshold <= 1, "agentic.bank_success_threshold: must be in [0, 1]")
         for name in ("bank_samples_per_task", "bank_task_limit"):
             require(getattr(self, name) is None or getattr(self, name) >= 1, f"agentic.{name}: must be >= 1 or null")
+        require(self.cold_start_steps is None or self.cold_start_steps >= 0,
+                "agentic.cold_start_steps: must be >= 0 or null")
 
     def benchmark_limit(self, benchmark: str) -> int | None:
         """How many of a benchmark's first tasks evaluation plays (None: all)."""
