@@ -168,6 +168,8 @@ def for_domain(cfg: Config, domain: str) -> Config:
     raw["bank"]["task_limit"] = a.bank_task_limit
     if a.cold_start_steps is not None:
         raw["cold_start"]["steps"] = a.cold_start_steps
+    if a.cold_start_held_out_tasks is not None:
+        raw["cold_start"]["held_out_tasks"] = a.cold_start_held_out_tasks
     if a.steps is not None:
         for name in registry.METHODS:
             if "steps" in raw[name]:

@@ -33,7 +33,9 @@ def _score(tasks, completions):
 
 
 def _cfg(**overrides):
+    """The smoke profile's, with no task held out of the cold start unless asked (tests/test_privilege.py)."""
     raw = {"profile": "smoke", "train": {"steps": 2, "save_every": 1}, **overrides}
+    raw["cold_start"] = {"held_out_tasks": 0, **raw.get("cold_start", {})}
     return resolve(raw)
 
 
@@ -293,7 +295,9 @@ def _kill_after_saves(monkeypatch, n):
 
 def test_cold_start_resumed_after_a_kill_equals_an_uninterrupted_run(tiny_model_dir, bank_dir, tmp_path,
                                                                      monkeypatch):
-    cfg = _cfg(cold_start={"steps": 4, "batch_size": 3, "lr": 1e-3})  # 3 of 4 entries: the queue spans steps
+    # one task held out (its privilege measured at steps 0, 2 and 4), 2 of the other 3 entries a step: the queue
+    # spans steps
+    cfg = _cfg(cold_start={"steps": 4, "batch_size": 2, "lr": 1e-3, "held_out_tasks": 1, "privilege_every": 2})
     whole = cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path / "whole", FRAMINGS["code"])
     begun, logged = [], []  # what the stage's MLflow run is told: which checkpoint, resumed after which step
     tracker = SimpleNamespace(begin=lambda checkpoint, step: begun.append((checkpoint, step)),
@@ -304,7 +308,8 @@ def test_cold_start_resumed_after_a_kill_equals_an_uninterrupted_run(tiny_model_
             cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path / "killed", FRAMINGS["code"], tracker)
     assert (tmp_path / "killed" / PROGRESS_FILE).exists() and not (tmp_path / "killed" / COMPOSER_FILE).exists()
     resumed = cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path / "killed", FRAMINGS["code"], tracker)
-    assert resumed["history"] == whole["history"]
+    assert resumed["history"] == whole["history"] and len(whole["privilege_history"]) == 3
+    assert resumed["privilege_history"] == whole["privilege_history"] and resumed["held_out"] == whole["held_out"]
     assert [step for _, step in begun] == [0, 2] and begun[0][0] == begun[1][0] and logged == [1, 2, 3, 4]
     assert {k: v for k, v in resumed["summary"].items() if k != "wall_s"} == \
         {k: v for k, v in whole["summary"].items() if k != "wall_s"}

@@ -171,7 +171,7 @@ def test_smoke_profile_runs_the_whole_dag(tmp_path):
     # run yet without data
     files = {path: data.get("data") for path, data in shown[""]["data"].items()
              if not path.startswith(("results/learn/", "results/learn_tool/"))}
-    assert len(files) == 19 and all(data and "error" not in data for data in files.values()), files
+    assert len(files) == 21 and all(data and "error" not in data for data in files.values()), files
     leaves = [v for data in files.values() for section in data.values() for v in _leaves(section)]
     assert leaves and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in leaves)
     plots = json.loads(_run(["dvc", "plots", "show", "--json"], repo, env))["data"]

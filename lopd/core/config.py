@@ -311,9 +311,16 @@ class ColdStartConfig:
     eval_examples: int | None = None
     """Bank trajectories the NLL before and after training is measured on (a fixed seeded sample; null = all).
     Each measurement is a forward pass over them, which on CPU costs as much as several training steps."""
+    held_out_tasks: int = 8
+    """Bank tasks (a seeded sample) whose entries the cold start never trains on: the held-out trajectories its
+    privilege is measured on (lopd/latent/privilege.py; none where the bank has no more tasks than this)."""
+    privilege_every: int = 4
+    """Steps between two measurements of the held-out latent NLL (also at step 0 and at the end)."""
 
     def __post_init__(self) -> None:
         require(self.steps >= 0, "cold_start.steps: must be >= 0")
+        require(self.held_out_tasks >= 0, "cold_start.held_out_tasks: must be >= 0")
+        require(self.privilege_every >= 1, "cold_start.privilege_every: must be >= 1")
         require(self.eval_examples is None or self.eval_examples >= 1, "cold_start.eval_examples: must be >= 1 or null")
         require(self.batch_size >= 1, "cold_start.batch_size: must be >= 1")
         require(self.lr > 0, "cold_start.lr: must be > 0")
@@ -390,6 +397,8 @@ class AgenticConfig:
     cold_start_steps: int | None = None
     """Composer cold start steps on the agentic bank (null: cold_start.steps). The paper sets steps per domain; a
     tool-use trajectory reads ~1-4k tokens (the tool list, its results), a coding one ~500, so a step costs more."""
+    cold_start_held_out_tasks: int | None = None
+    """Agentic bank tasks the cold start holds out to measure its privilege on (null: cold_start.held_out_tasks)."""
     user_base_url: str | None = None
     """ACEBench multi-turn user simulator: an OpenAI-compatible endpoint (e.g. http://localhost:8000/v1); null =
     a local model in-process (user_model, default the base model)."""
@@ -420,8 +429,8 @@ class AgenticConfig:
         require(0 <= self.bank_success_threshold <= 1, "agentic.bank_success_threshold: must be in [0, 1]")
         for name in ("bank_samples_per_task", "bank_task_limit"):
             require(getattr(self, name) is None or getattr(self, name) >= 1, f"agentic.{name}: must be >= 1 or null")
-        require(self.cold_start_steps is None or self.cold_start_steps >= 0,
-                "agentic.cold_start_steps: must be >= 0 or null")
+        for name in ("cold_start_steps", "cold_start_held_out_tasks"):
+            require(getattr(self, name) is None or getattr(self, name) >= 0, f"agentic.{name}: must be >= 0 or null")
 
     def benchmark_limit(self, benchmark: str) -> int | None:
         """How many of a benchmark's first tasks evaluation plays (None: all)."""

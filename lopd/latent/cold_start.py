@@ -34,13 +34,20 @@ from lopd.core import provenance
 from lopd.core.config import Config
 from lopd.core.device import deterministic_kernels, device, mixed_precision
 from lopd.core.distributed import process_share
-from lopd.core.losses import sequence_means, token_logprobs
 from lopd.core.models import load_model, load_tokenizer
 from lopd.core.progress import progress, write
 from lopd.core.rollout import Task
 from lopd.core.tracking import Tracker
 from lopd.latent.bank import BankEntry, task_text
-from lopd.latent.composer import Composer, compose, teacher_batch
+from lopd.latent.composer import Composer, compose
+from lopd.latent.privilege import (
+    HeldOut,
+    held_out_latent_nll,
+    held_out_task_ids,
+    latent_nlls,
+    reference_nlls,
+    share_closed,
+)
 from lopd.latent.retrieval import Retriever, load_bank
 
 COMPOSER_FILE, ANCHORS_FILE, PROGRESS_FILE = "composer.pt", "anchors.pt", "progress.pt"
@@ -61,17 +68,7 @@ def latent_nll(composer: Composer, tokenizer, entries: list[BankEntry], retrieve
     """Mean over entries of the per-token NLL of each entry's actions (its episode as sampled, environment tokens
     in context but not scored) under the frozen backbone with the latent context composed from its retrieved
     entries."""
-    traces = [[bank[i].trace for i in idx] for idx in retrieved]
-    with accelerator.autocast():
-        latents = compose(composer, [e.task for e in entries], traces)
-        batch, starts = teacher_batch(tokenizer, [e.episode() for e in entries], [t.messages for t in tasks], framing,
-                                      [lat.shape[0] for lat in latents], tokenizer.pad_token_id,
-                                      [t.tools for t in tasks], composer.device)
-        hidden_B_L_D = composer.teacher_hidden(batch, latents, starts)
-    where_B_T = batch.action_mask_B_T > 0
-    logp_N = token_logprobs(hidden_B_L_D[:, :-1][where_B_T], composer.backbone.get_output_embeddings().weight,
-                            batch.target_ids_B_T[where_B_T])
-    return -sequence_means(logp_N, where_B_T.nonzero()[:, 0], len(entries)).mean()
+    return latent_nlls(composer, tokenizer, entries, retrieved, bank, tasks, framing, accelerator).mean()
 
 
 def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: Sequence[Task], out_dir: str | Path,
@@ -85,27 +82,38 @@ def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: S
     missing = sorted({e.task_id for e in bank} - set(by_id))
     if missing:
         raise ValueError(f"bank entries for tasks outside the training split: {missing[:3]}")
-    examples = [(e, retriever.retrieve(e.task_id, cfg.n_ret)) for e in bank]
+    held_out_ids = held_out_task_ids(bank, cfg.cold_start.held_out_tasks, cfg.seed)
+    held = HeldOut.of(bank, held_out_ids, by_id, retriever, load_bank(bank_dir, self_retrieval=True)[1], cfg.n_ret)
+    examples = [(e, retriever.retrieve(e.task_id, cfg.n_ret)) for e in bank if e.task_id not in held_out_ids]
     accelerator = Accelerator(cpu=not torch.cuda.is_available(),
                               mixed_precision=mixed_precision(cfg.train.mixed_precision))
     params = [p for p in composer.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.cold_start.lr)
     size = cfg.cold_start.batch_size
 
-    def nll(batch: list[tuple[BankEntry, list[int]]]) -> torch.Tensor:
-        return latent_nll(composer, tokenizer, [e for e, _ in batch], [r for _, r in batch], bank,
-                          [by_id[e.task_id] for e, _ in batch], framing, accelerator)
+    def nlls(batch: list[tuple[BankEntry, list[int]]]) -> torch.Tensor:
+        return latent_nlls(composer, tokenizer, [e for e, _ in batch], [r for _, r in batch], bank,
+                           [by_id[e.task_id] for e, _ in batch], framing, accelerator)
 
     rank, world = accelerator.process_index, accelerator.num_processes
     log = write if accelerator.is_main_process else lambda line: None
 
-    def mean_nll(subset: list[tuple[BankEntry, list[int]]]) -> float | None:
-        if not subset:
+    def mean(items: list, nlls_of) -> float | None:
+        """The mean of `nlls_of` over `items`, in batches, each process its share (all of it in one process)."""
+        if not items:
             return None
-        share = subset[rank::world]  # each process its share (all of it in one process)
+        share = items[rank::world]
         with torch.no_grad():
-            total = sum(nll(share[i:i + size]).item() * len(share[i:i + size]) for i in range(0, len(share), size))
-        return summed(total, world) / len(subset)
+            total = sum(nlls_of(share[i:i + size]).sum().item() for i in range(0, len(share), size))
+        return summed(total, world) / len(items)
+
+    def privilege_point(step: int) -> dict:
+        latent = held_out_latent_nll(composer, tokenizer, held, bank, framing, accelerator, mean)
+        point = {"step": step, "nll_latent": latent,
+                 "share_closed": share_closed(reference["nll_none"], latent, reference["nll_text"])}
+        log(f"[cold_start] held-out NLL at step {step}: latent {latent:.4f} (none {reference['nll_none']:.4f}, "
+            f"text {reference['nll_text']:.4f}): share of the text gap closed {point['share_closed']}")
+        return point
 
     n_measured = len(examples) if cfg.cold_start.eval_examples is None else cfg.cold_start.eval_examples
     measured = random.Random(cfg.seed).sample(examples, min(n_measured, len(examples)))
@@ -117,15 +125,19 @@ def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: S
         tracker.begin(fingerprint, len(resumed["history"]) if resumed else 0)
     start = time.perf_counter() - (resumed["elapsed_s"] if resumed else 0.0)
     order = random.Random(cfg.seed)
+    every = cfg.cold_start.privilege_every
     if resumed:
         composer.load_trainable_state(resumed["trainable"])
         optimizer.load_state_dict(resumed["optimizer"])
         order.setstate(resumed["order"])
         torch.set_rng_state(resumed["torch_rng"])
         history, queue, nll_before = resumed["history"], resumed["queue"], resumed["nll_before"]
+        reference, privilege = resumed["reference"], resumed["privilege"]
         log(f"[cold_start] resuming after step {len(history)}/{steps}")
     else:
-        history, queue, nll_before = [], [], mean_nll(measured)
+        history, queue, nll_before = [], [], mean(measured, nlls)
+        reference = reference_nlls(composer, tokenizer, held, bank, framing, accelerator, mean) if held.entries else {}
+        privilege = [privilege_point(0)] if held.entries else []
     for step in progress(range(len(history), steps), desc="cold start", unit="step", initial=len(history),
                          total=steps):
         picked = []
@@ -135,7 +147,7 @@ def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: S
         optimizer.zero_grad(set_to_none=True)
         mine = picked[rank::world]  # the batch's mean NLL is the sum of the processes' share-weighted means
         with deterministic_kernels():  # a resumed cold start equals an uninterrupted one on a GPU too
-            loss = nll(mine) * (len(mine) / len(picked)) if mine else torch.zeros((), device=device())
+            loss = nlls(mine).mean() * (len(mine) / len(picked)) if mine else torch.zeros((), device=device())
             grad_norm = 0.0
             # false only when nothing in the batch retrieved anything (a one-task bank): then no process steps
             if any_process(loss.requires_grad, world):
@@ -147,17 +159,21 @@ def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: S
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.cold_start.grad_clip))
                 optimizer.step()
         history.append({"step": step + 1, "nll": summed(loss.item(), world), "grad_norm": grad_norm})
+        if held.entries and ((step + 1) % every == 0 or step + 1 == steps):
+            privilege.append(privilege_point(step + 1))
         if tracker:
-            tracker.log_metrics(history[-1], step=step + 1)
+            measured_now = privilege[-1] if privilege and privilege[-1]["step"] == step + 1 else {}
+            tracker.log_metrics({**history[-1], **{f"held_out_{k}": v for k, v in measured_now.items()
+                                                   if k != "step" and v is not None}}, step=step + 1)
         if accelerator.is_main_process:
             _save_progress(out_dir / PROGRESS_FILE, {
                 "fingerprint": fingerprint, "trainable": composer.trainable_state(),
                 "optimizer": optimizer.state_dict(), "order": order.getstate(), "torch_rng": torch.get_rng_state(),
-                "history": history, "queue": queue, "nll_before": nll_before,
-                "elapsed_s": time.perf_counter() - start})
+                "history": history, "queue": queue, "nll_before": nll_before, "reference": reference,
+                "privilege": privilege, "elapsed_s": time.perf_counter() - start})
         log(f"[cold_start] step {step + 1}/{steps} nll {history[-1]['nll']:.4f} "
             f"({time.perf_counter() - start:.0f} s since the start)")
-    nll_after = mean_nll(measured)
+    nll_after = mean(measured, nlls)
 
     anchors = anchor_latents(composer, retriever, bank, tasks, cfg.n_ret, accelerator)
     if accelerator.is_main_process:
@@ -170,7 +186,11 @@ def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: S
                "wall_s": round(time.perf_counter() - start, 1)}
     if not examples:
         summary["note"] = "n/a: the experience bank is empty, the composer keeps its initialisation"
-    return {"summary": summary, "history": history}
+    held_out = ({**reference, "nll_latent": privilege[-1]["nll_latent"], "share_closed": privilege[-1]["share_closed"],
+                 "tasks": sorted(held_out_ids)} if held.entries else
+                {"n_trajectories": 0, "note": f"n/a: the bank's {len({e.task_id for e in bank})} tasks are too few to "
+                                              f"hold {cfg.cold_start.held_out_tasks} out (cold_start.held_out_tasks)"})
+    return {"summary": summary, "history": history, "held_out": held_out, "privilege_history": privilege}
 
 
 def _fingerprint(cfg: Config, base_dir: str | Path, bank_dir: str | Path) -> str:

@@ -73,15 +73,31 @@ def teacher_prompt_ids(tokenizer: PreTrainedTokenizerBase, messages: list[dict[s
     if n_latent == 0:
         ids = encode_prompt(tokenizer, messages, tools, continue_final=continue_final)
         return ids, len(ids)
-    before, after = framing
-    first_user = next(i for i, m in enumerate(messages) if m["role"] == "user")
-    framed = [dict(m) for m in messages]
-    framed[first_user]["content"] = f"{before}\n{LATENT_PLACEHOLDER}\n{after}\n\n{messages[first_user]['content']}"
-    rendered = chat_text(tokenizer, framed, tools, continue_final=continue_final)
+    rendered = chat_text(tokenizer, framed_messages(messages, framing, LATENT_PLACEHOLDER), tools,
+                         continue_final=continue_final)
     head, tail = rendered.split(LATENT_PLACEHOLDER)
     head_ids = tokenizer(head, add_special_tokens=False)["input_ids"]
     tail_ids = tokenizer(tail, add_special_tokens=False)["input_ids"]
     return [*head_ids, *[tokenizer.pad_token_id] * n_latent, *tail_ids], len(head_ids)
+
+
+def text_context_prompt_ids(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]],
+                            framing: tuple[str, str], traces: Sequence[str],
+                            tools: Sequence[dict[str, Any]] = ()) -> list[int]:
+    """The teacher's prompt with the retrieved traces as text where `teacher_prompt_ids` puts their latent tokens
+    (the same framing, each trace as the encoder reads it): what the latents are measured against. No traces: the
+    student's own prompt, as with an empty latent span."""
+    reference = "\n\n".join(trace_text(trace) for trace in traces)
+    return encode_prompt(tokenizer, framed_messages(messages, framing, reference) if traces else messages, tools)
+
+
+def framed_messages(messages: list[dict[str, str]], framing: tuple[str, str], reference: str) -> list[dict[str, str]]:
+    """`messages` with the framed reference before the first user message's content."""
+    before, after = framing
+    first_user = next(i for i, m in enumerate(messages) if m["role"] == "user")
+    framed = [dict(m) for m in messages]
+    framed[first_user]["content"] = f"{before}\n{reference}\n{after}\n\n{messages[first_user]['content']}"
+    return framed
 
 
 def inject_latents(embeds_B_L_D: torch.Tensor, latents: list[torch.Tensor], starts: list[int]) -> torch.Tensor:
