@@ -39,7 +39,7 @@ from lopd.core.loop import train
 from lopd.core.rollout import Task, single_turn
 from lopd.core.tracking import Tracker
 from lopd.latent.bank import BankEntry, sample_rollouts, task_text, write_bank
-from lopd.latent.cold_start import ANCHORS_FILE, COMPOSER_FILE, cold_start
+from lopd.latent.cold_start import COMPOSER_FILE, cold_start
 from lopd.latent.composer import FRAMINGS
 from lopd.latent.method import LOPD
 from lopd.latent.retrieval import (
@@ -76,8 +76,8 @@ def overrides(embedder: str | None = None, profile: str = "smoke") -> dict:
 
 
 def cold_start_config(base: dict):
-    """2 cold-start steps on batches of the whole 3-entry bank: 2 processes score 2 and 1 entries."""
-    return resolve({**base, "cold_start": {"steps": 2, "batch_size": 3}})
+    """2 cold-start steps on batches of the whole 3-entry bank (none held out): 2 processes score 2 and 1 entries."""
+    return resolve({**base, "cold_start": {"steps": 2, "batch_size": 3, "held_out_tasks": 0}})
 
 
 def prepare_inputs(model_dir: str | Path, work: Path, embedder: str | None = None, profile: str = "smoke") -> None:
@@ -191,8 +191,7 @@ def main() -> None:
         return
     cold = cold_start(cold_start_config(base), model_dir, work / "bank", TASKS, work / "cold_start", FRAMINGS["code"])
     out["cold_start"] = {"history": cold["history"], "summary": cold["summary"],
-                         "composer": torch.load(work / "cold_start" / COMPOSER_FILE, weights_only=True),
-                         "anchors": torch.load(work / "cold_start" / ANCHORS_FILE, weights_only=True)}
+                         "composer": torch.load(work / "cold_start" / COMPOSER_FILE, weights_only=True)}
     out["bank_rollouts"] = [(task_id, t.token_ids) for task_id, _, t in
                             sample_rollouts(cfg, TASKS, single_turn(score), model_dir, tasks_per_batch=2)]
     try:  # 3 tasks per step cannot split over 2 processes

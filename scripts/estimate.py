@@ -10,8 +10,9 @@ Every rate is a benchmark's, from reports/perf/ (never a recorded stage time: th
 - rollout.json (`make bench-rollout`): the engine's prompt prefill and multi-turn rates (agentic episodes);
 - lopd_step.json: a whole GRPO and LOPD update per trained action token (the first update of a process, less its
   first AdamW step) and the passes of LOPD's teacher and composer; composer.json (scripts/bench/bench_composer.py):
-  composing an evaluation task's latent context (Base + Composer) and the cold start's step, NLL measurement and
-  anchors; cpu.json (`make bench`): an AdamW step, the first and a later one; agentic_update.json: updates on agentic
+  composing an evaluation task's latent context (Base + Composer; LOPD's anchors, a task's once) and the cold start's
+  step and NLL measurement (its privilege's passes too); cpu.json (`make bench`): an AdamW step, the first and a
+  later one; agentic_update.json: updates on agentic
   episodes (per sequence token; LOPD's at a text teacher's cost where the bank is expected empty); tool_calls.json:
   agentic success; stage_startup.json: a stage's start-up and the rollout engine's, which every stage that samples
   pays once; agentic_eval.json (scripts/bench/bench_agentic_eval.py): an agentic evaluation's seconds per episode, its
@@ -59,7 +60,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from baselines.config import GRPOConfig, SDPOConfig, SkillSDConfig  # noqa: E402
-from lopd.core.config import Config, load_config, resolve, resolve_recorded  # noqa: E402
+from lopd.core.config import ColdStartConfig, Config, load_config, resolve, resolve_recorded  # noqa: E402
 from lopd.core.device import stage_malloc_mode  # noqa: E402
 from pipelines.common import RACES, for_domain  # noqa: E402
 
@@ -123,11 +124,10 @@ class Costs:
     cold_start_entry_positions: float
     """The positions a measured (code) bank entry puts through the models: its teacher sequence and the encoder's
     items; a tool-use entry's cost scales by its own (`agentic_entry_positions`)."""
-    anchor_s: float
-    """Composing one training task's anchor latents (the cold start's c_phi0)."""
     compose_positions: float
     """The encoder positions a measured (code) task's composing reads: its query and its retrieved items; a tool-use
-    task's anchors scale by its own (`agentic_compose_positions`)."""
+    task's scale by its own (`agentic_compose_positions`). LOPD composes each task's anchor latents c_phi0 so, once,
+    when it first trains on it."""
     lopd_s: float
     """A whole LOPD update, per action token."""
     optimizer_s: float
@@ -304,7 +304,6 @@ def cpu_costs(cfg: Config, mean_tokens: float | None, eval_mean_tokens: float | 
         compose_s=latent_scale * latent["compose"]["seconds_per_task"],
         cold_start_entry_s=latent_scale * cold["step_s"] / cold["batch_size"],
         cold_start_measure_s=latent_scale * cold["seconds_per_measured_entry"],
-        anchor_s=latent_scale * cold["seconds_per_anchor_task"],
         cold_start_entry_positions=cold["step_positions"] / cold["batch_size"],
         compose_positions=mean(b["positions_per_task"] for b in latent["compose"]["per_benchmark"].values()),
         optimizer_s=adamw["step_s"], first_optimizer_s=adamw["first_step_s"] - adamw["step_s"],
@@ -364,7 +363,7 @@ def gpu_costs(cfg: Config, gpu: str, cpu: Costs) -> Costs:
         prefill_rate=cpu.prefill_rate * sampling, student_s=grpo_s, teacher_s=cpu.teacher_s / speedup,
         composer_s=cpu.composer_s / speedup, lopd_s=lopd_s, compose_s=cpu.compose_s / speedup,
         cold_start_entry_s=cpu.cold_start_entry_s / speedup, cold_start_measure_s=cpu.cold_start_measure_s / speedup,
-        anchor_s=cpu.anchor_s / speedup, cold_start_entry_positions=cpu.cold_start_entry_positions,
+        cold_start_entry_positions=cpu.cold_start_entry_positions,
         compose_positions=cpu.compose_positions, optimizer_s=0.0,
         first_optimizer_s=0.0,
         agentic_update_s={k: v / speedup for k, v in cpu.agentic_update_s.items()}, startup_s=cpu.startup_s,
@@ -548,6 +547,20 @@ def agentic_compose_positions(cfg: Config) -> float:
     return cfg.n_ret * cfg.composer.max_item_tokens
 
 
+def held_out_entries(cold: ColdStartConfig, samples_per_task: int) -> float:
+    """The bank entries of the cold start's held-out tasks: a bank task has 1 to samples_per_task entries (the code
+    bank measured: 55 of 37 tasks at 2 samples, 1.5 a task), the midpoint assumed."""
+    return cold.held_out_tasks * (1 + samples_per_task) / 2
+
+
+def privilege_passes(cold: ColdStartConfig, samples_per_task: int) -> float:
+    """Forward passes over a held-out entry that measure the composer's privilege, each priced as an NLL measurement
+    of a bank entry: no context, the text of both retrievals, and the latent context at step 0, every
+    cold_start.privilege_every steps and the last."""
+    points = 1 + len({s for s in range(1, cold.steps + 1) if s % cold.privilege_every == 0 or s == cold.steps})
+    return held_out_entries(cold, samples_per_task) * (3 + points)
+
+
 def agentic_bank_episodes(cfg: Config, train_tasks: int) -> int:
     """The base model's episodes build_bank_agentic plays: agentic.bank_samples_per_task on each of its tasks."""
     a = cfg.agentic
@@ -590,13 +603,15 @@ def estimate(cfg: Config, costs: Costs, processes: int, bank: dict | None = None
                 + points * validation_s)
         if method == "skill_sd":  # a skill summary per rollout group after every step
             work += steps * rollouts / skill_sd.group_size * skill_sd.summary_tokens / c.train_rate
+        if method == "lopd":  # c_phi0 of each task it trains on, composed when the task first comes up
+            work += min(steps * rollouts, counts["train_tasks"]) * c.compose_s
         stage(name, work, samples=True)
     bank_rollouts = min(counts["train_tasks"], cfg.bank.task_limit or counts["train_tasks"]) * cfg.bank.samples_per_task
     stage("build_bank", step_sampling(bank_rollouts), samples=True)
     stage("build_pool")
     measured = cfg.cold_start.eval_examples or bank_rollouts * 0.5
     stage("cold_start", cfg.cold_start.steps * cfg.cold_start.batch_size * c.cold_start_entry_s
-          + 2 * measured * c.cold_start_measure_s + counts["train_tasks"] * c.anchor_s)
+          + (2 * measured + privilege_passes(cfg.cold_start, cfg.bank.samples_per_task)) * c.cold_start_measure_s)
     for method in cfg.methods:
         stage(f"eval@{method}", eval_s, samples=eval_tasks > 0)
     stage("eval_base_composer", eval_s + eval_tasks * c.compose_s, samples=eval_tasks > 0)
@@ -610,10 +625,12 @@ def estimate(cfg: Config, costs: Costs, processes: int, bank: dict | None = None
     latent = entries >= 1  # an empty bank retrieves nothing: no latent context (LOPD trains as self-distillation)
     cold = for_domain(cfg, "agentic").cold_start
     per_entry = agentic_entry_positions(cfg, episode) / c.cold_start_entry_positions  # x a code entry's cost
-    stage("cold_start_agentic", cold.steps * min(cold.batch_size, entries) * c.cold_start_entry_s * per_entry
-          + 2 * min(cold.eval_examples or entries, entries) * c.cold_start_measure_s * per_entry
-          + agentic["train_tasks"] * c.anchor_s * agentic_compose_positions(cfg) / c.compose_positions
-          if latent else 0.0)
+    bank_samples = cfg.agentic.bank_samples_per_task or cfg.bank.samples_per_task
+    trained_entries = max(entries - held_out_entries(cold, bank_samples), 1.0)
+    stage("cold_start_agentic", cold.steps * min(cold.batch_size, trained_entries) * c.cold_start_entry_s * per_entry
+          + (2 * min(cold.eval_examples or trained_entries, trained_entries) + privilege_passes(cold, bank_samples))
+          * c.cold_start_measure_s * per_entry if latent else 0.0)
+    agentic_anchor_s = c.compose_s * agentic_compose_positions(cfg) / c.compose_positions if latent else 0.0
     for method in cfg.methods:
         name = "train_lopd_agentic" if method == "lopd" else f"train_agentic@{method}"
         if method == "vanilla":
@@ -623,6 +640,8 @@ def estimate(cfg: Config, costs: Costs, processes: int, bank: dict | None = None
         work = a.steps * a.rollouts_per_step * (episode_s["grouped" if per_task[method] > 1 else "single"] + update)
         if method == "skill_sd":  # a skill summary per episode group after every step
             work += a.steps * a.rollouts_per_step / skill_sd.group_size * skill_sd.summary_tokens / c.train_rate
+        if method == "lopd":  # c_phi0 of each task it trains on
+            work += min(a.steps * a.rollouts_per_step, agentic["train_tasks"]) * agentic_anchor_s
         stage(name, work, samples=True)
     played = sum(agentic[name] for name in a.benchmarks)
     eval_episode_s = c.agentic_eval_episode_s or episode_s["grouped"]
@@ -651,8 +670,10 @@ def estimate(cfg: Config, costs: Costs, processes: int, bank: dict | None = None
         f"a forward pass alone: {TEACHER_FORWARD_SHARE:.2f} of the measured pass with backward (text-context "
         "teachers)",
         f"cold start: {cfg.cold_start.steps} steps of {cfg.cold_start.batch_size} bank entries, "
-        f"{c.cold_start_entry_s:.1f} s an entry, its NLL measurement {c.cold_start_measure_s:.1f} s an entry, "
-        f"{c.anchor_s:.1f} s a training task's anchors (tool use: {for_domain(cfg, 'agentic').cold_start.steps} "
+        f"{c.cold_start_entry_s:.1f} s an entry, its NLL measurement {c.cold_start_measure_s:.1f} s an entry (the "
+        f"privilege's passes over {held_out_entries(cfg.cold_start, cfg.bank.samples_per_task):.1f} held-out entries "
+        f"priced so; LOPD's anchors as composing a task, once a task it trains on) (tool use: "
+        f"{for_domain(cfg, 'agentic').cold_start.steps} "
         f"steps, an entry's cost x{agentic_entry_positions(cfg, episode) / c.cold_start_entry_positions:.1f}, its "
         f"positions); Base + Composer: {c.compose_s:.1f} s to compose a task's "
         f"latent context (composer.json; agentic tasks priced as code ones); agentic bank: {entries:.1f} "
@@ -681,6 +702,7 @@ def estimate_learn(cfg: Config, costs: Costs, processes: int, section: str, bank
         play = dict.fromkeys(("many", "grouped", "single"), per_sample)
         trained_s = {method: tokens * c.update_s(method) for method in {run.method for run in learn.runs.values()}}
         train_tasks = code_counts(cfg)["train_tasks"]
+        anchor_s = c.compose_s
         work = [f"race rollouts and measurement samples: {tokens:.0f} tokens on average (the training mean, capped at "
                 f"{section}.max_new_tokens), sampled at the training rate"]
     else:
@@ -691,6 +713,7 @@ def estimate_learn(cfg: Config, costs: Costs, processes: int, section: str, bank
         latent = agentic_bank_episodes(cfg, train_tasks) * episode.bank_success >= 1
         trained_s = {method: episode_update_s(c, method, latent, episode)
                      for method in {run.method for run in learn.runs.values()}}
+        anchor_s = c.compose_s * agentic_compose_positions(cfg) / c.compose_positions if latent else 0.0
         work = [f"race episodes: as the tool-use training's measured, {episode.steps:.1f} steps of "
                 f"{episode.step_tokens:.0f} tokens (at most agentic.max_step_tokens {cfg.agentic.max_step_tokens} "
                 f"there; the race's per-step budget {section}.max_new_tokens {learn.max_new_tokens}), "
@@ -717,8 +740,9 @@ def estimate_learn(cfg: Config, costs: Costs, processes: int, section: str, bank
         points = math.ceil(steps / learn.eval_every)  # step 0 is the select stage's
         summaries = learn.rollouts_per_step / group * cfg.section(SkillSDConfig).summary_tokens / c.train_rate \
             if run.method == "skill_sd" else 0.0  # a skill summary per rollout group after every step
+        anchors = learn.tasks * anchor_s if run.method == "lopd" else 0.0  # c_phi0 of each held-in task, once
         stage_s[race.stage(name)] = fixed + share * (steps * (sampling + update + summaries) + c.first_optimizer_s
-                                                     + points * measure_s)
+                                                     + points * measure_s + anchors)
     stage_s[race.stage("report")] = c.startup_s
     assumptions = [*work,
                    "held-in tasks pass half their samples (tool use: their rewards differ as often): a GRPO group is "
@@ -950,7 +974,6 @@ def at_speed(costs: Costs, factor: float, updates: dict | None = None) -> Costs:
                                compose_s=costs.compose_s / update,
                                cold_start_entry_s=costs.cold_start_entry_s / update,
                                cold_start_measure_s=costs.cold_start_measure_s / update,
-                               anchor_s=costs.anchor_s / update,
                                agentic_update_s={k: v / update for k, v in costs.agentic_update_s.items()},
                                optimizer_s=costs.optimizer_s / adamw,
                                first_optimizer_s=costs.first_optimizer_s / adamw)

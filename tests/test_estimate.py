@@ -336,11 +336,13 @@ def test_the_tool_use_race_is_priced_from_the_measured_episodes_within_its_budge
     assert not any("text teacher" in line for line in assumptions)
 
 
-def test_a_built_bank_prices_the_tool_use_cold_start_by_its_steps_entries_and_anchors(estimate):
+def test_a_built_bank_prices_the_tool_use_cold_start_by_its_steps_entries_and_held_out_passes(estimate):
     """Given build_bank_agentic's record, its successes decide the tool-use bank (the benchmark's batch otherwise):
-    the cold start costs agentic.cold_start_steps steps of min(batch, entries) entries, each a code entry's cost
-    scaled by its positions, its NLL measured twice, and every training task's anchors (a code task's, scaled by the
-    encoder positions of its n_ret items)."""
+    the cold start costs agentic.cold_start_steps steps of min(batch, entries) of the entries it trains on (those of
+    the held-out tasks aside), each a code entry's cost scaled by its positions, their NLL measured twice, and the
+    privilege's passes over the held-out entries (no context, both texts, the latents at step 0 and the end); LOPD's
+    training composes the anchors of each task it trains on once (a code task's, scaled by the encoder positions of
+    its n_ret items)."""
     cfg = resolve({"profile": "cpu", "agentic": {"cold_start_steps": 2}})
     costs = estimate.cpu_costs(cfg, None, None)
     bank = {"n_rollouts": 64, "rollout_success_rate": 12 / 64}
@@ -349,11 +351,16 @@ def test_a_built_bank_prices_the_tool_use_cold_start_by_its_steps_entries_and_an
     stages, counts, _ = estimate.estimate(cfg, costs, 1, bank)
     scale = estimate.agentic_entry_positions(cfg, episode) / costs.cold_start_entry_positions
     per_entry, measure = costs.cold_start_entry_s * scale, costs.cold_start_measure_s * scale
-    anchors = costs.anchor_s * cfg.n_ret * cfg.composer.max_item_tokens / costs.compose_positions
-    work = 2 * 8 * per_entry + 2 * 12 * measure + counts["agentic.train_tasks"] * anchors
+    held_out = 3 * 1.5  # agentic.cold_start_held_out_tasks, 1 to 2 entries a task
+    trained = 12 - held_out
+    work = 2 * trained * per_entry + 2 * trained * measure + held_out * (3 + 2) * measure
     assert stages["cold_start_agentic"] == pytest.approx(costs.startup_s + work)
     longer, _, _ = estimate.estimate(resolve({"profile": "cpu", "agentic": {"cold_start_steps": 4}}), costs, 1, bank)
-    assert longer["cold_start_agentic"] == pytest.approx(stages["cold_start_agentic"] + 2 * 8 * per_entry)
+    assert longer["cold_start_agentic"] == pytest.approx(stages["cold_start_agentic"] + 2 * trained * per_entry)
+    anchors = costs.compose_s * cfg.n_ret * cfg.composer.max_item_tokens / costs.compose_positions
+    without = dataclasses.replace(costs, compose_s=0.0)
+    assert stages["train_lopd_agentic"] - estimate.estimate(cfg, without, 1, bank)[0]["train_lopd_agentic"] == \
+        pytest.approx(cfg.agentic.steps * cfg.agentic.rollouts_per_step * anchors)
     empty, _, _ = estimate.estimate(cfg, costs, 1, {"n_rollouts": 64, "rollout_success_rate": 0.0})
     assert empty["cold_start_agentic"] == costs.startup_s and empty["train_lopd_agentic"] < stages["train_lopd_agentic"]
 
@@ -446,7 +453,7 @@ def test_updates_measured_through_another_matmul_path_are_scaled_by_cpu_jsons_ra
     as_measured = estimate.cpu_costs(cfg, None, None)
     as_blas = estimate.cpu_costs(cfg, None, None, matmul="blas")
     for name in ("student_s", "teacher_s", "composer_s", "lopd_s", "compose_s", "cold_start_entry_s",
-                 "cold_start_measure_s", "anchor_s"):  # composer.json's through oneDNN too
+                 "cold_start_measure_s"):  # composer.json's through oneDNN too
         assert getattr(as_blas, name) == pytest.approx(1.6 * getattr(as_measured, name)), name
     for name in ("optimizer_s", "first_optimizer_s"):  # AdamW is bound by memory, not by the matmul path
         assert getattr(as_blas, name) == getattr(as_measured, name), name
@@ -498,7 +505,7 @@ def test_benchmarks_measured_with_another_malloc_mode_are_scaled_by_malloc_jsons
     assert heap.agentic_play_s and mapped.agentic_play_s == pytest.approx(
         {shape: s / heap_over_mapped[estimate.AGENTIC_PLAYS[shape][1]] for shape, s in heap.agentic_play_s.items()})
     for name in ("student_s", "teacher_s", "composer_s", "lopd_s", "compose_s", "cold_start_entry_s",
-                 "cold_start_measure_s", "anchor_s"):
+                 "cold_start_measure_s"):
         assert getattr(mapped, name) == pytest.approx(2.0 * getattr(heap, name)), name
     assert mapped.agentic_update_s == pytest.approx({k: 2.0 * v for k, v in heap.agentic_update_s.items()})
     for name in ("optimizer_s", "first_optimizer_s", "engine_start_s", "sandbox_s"):
@@ -585,7 +592,9 @@ def test_agentic_training_episodes_are_the_measured_ones(estimate, tmp_path, mon
 
     def trained(method: str, kind: str, seconds: float) -> float:
         update = shares[method] * 1500.0 * costs.agentic_update_s[kind]
-        return costs.startup_s + costs.engine_start_s + a.steps * a.rollouts_per_step * (seconds + update)
+        anchors = (costs.compose_s * cfg.n_ret * cfg.composer.max_item_tokens / costs.compose_positions
+                   if method == "lopd" else 0.0)  # c_phi0 of each task trained on (all a.steps x rollouts differ)
+        return costs.startup_s + costs.engine_start_s + a.steps * a.rollouts_per_step * (seconds + update + anchors)
 
     stages, _, _ = estimate.estimate(cfg, costs, 1)
     assert stages["train_agentic@grpo"] == pytest.approx(trained("grpo", "grpo", 10.0))
@@ -607,7 +616,7 @@ def test_agentic_training_episodes_are_the_measured_ones(estimate, tmp_path, mon
     # the bank's batch keeps a quarter of its episodes: the cold start trains on them (priced in
     # test_a_built_bank_prices_the_tool_use_cold_start_by_its_steps_entries_and_anchors)
     assert episode.bank_success == 0.25 and bank_episodes / 4 >= 1
-    assert stages["cold_start_agentic"] > costs.startup_s + estimate.agentic_counts(cfg)["train_tasks"] * costs.anchor_s
+    assert stages["cold_start_agentic"] > costs.startup_s
     profiles["cpu"]["agentic_bank_batch"] = {**bank, "bank_successes": 0}
     (tmp_path / "profile_rollouts.json").write_text(json.dumps(profiles))
     empty, _, _ = estimate.estimate(cfg, costs, 1)
@@ -645,7 +654,8 @@ def test_skill_sd_trains_every_rollout_after_its_first_step(estimate):
 
 def test_the_cold_start_and_base_composer_are_priced_from_composer_json(estimate, tmp_path, monkeypatch):
     """composer.json (scripts/bench/bench_composer.py) prices what no training step measures: the cold start's steps per
-    trained bank entry, its NLL measurement before and after per measured entry, its anchors per training task, and
+    trained bank entry, its NLL measurement before and after per measured entry and the privilege's passes per
+    held-out entry, LOPD's anchors as composing each task it trains on once, and
     Base + Composer's latent context per evaluation task on top of an evaluation; one measured on another model is a
     one-line error."""
     for f in (REPO / "reports" / "perf").glob("*.json"):
@@ -655,14 +665,18 @@ def test_the_cold_start_and_base_composer_are_priced_from_composer_json(estimate
     matmul = json.loads((tmp_path / "lopd_step.json").read_text())["models"][cfg.model.name]["cpu_matmul"]
     latent = {"model": cfg.model.name, "cpu_matmul": matmul, "malloc": estimate.stage_malloc_mode(),
               "compose": {"seconds_per_task": 2.0, "per_benchmark": {"humaneval_plus": {"positions_per_task": 400}}},
-              "cold_start": {"step_s": 80.0, "batch_size": 8, "step_positions": 8000, "seconds_per_measured_entry": 5.0,
-                             "seconds_per_anchor_task": 1.5}}
+              "cold_start": {"step_s": 80.0, "batch_size": 8, "step_positions": 8000,
+                             "seconds_per_measured_entry": 5.0}}
     (tmp_path / "composer.json").write_text(json.dumps(latent))
     costs = estimate.cpu_costs(cfg, None, None)
     stages, counts, _ = estimate.estimate(cfg, costs, 1)
     c = cfg.cold_start
+    privilege = 8 * 1.5 * (3 + 4)  # held-out entries x (no context, 2 texts, the latents at steps 0, 4, 8 and 12)
     assert stages["cold_start"] == pytest.approx(costs.startup_s + c.steps * c.batch_size * 10.0
-                                                 + 2 * c.eval_examples * 5.0 + counts["train_tasks"] * 1.5)
+                                                 + (2 * c.eval_examples + privilege) * 5.0)
+    anchors = min(cfg.method_sections["lopd"].steps * cfg.train.rollouts_per_step, counts["train_tasks"]) * 2.0
+    assert stages["train_lopd"] - estimate.estimate(cfg, dataclasses.replace(costs, compose_s=0.0), 1)[0][
+        "train_lopd"] == pytest.approx(anchors)
     tasks = sum(counts[b] for b in cfg.benchmarks) * cfg.eval.n_samples
     assert tasks == 164 + 378
     assert stages["eval_base_composer"] - stages["eval@vanilla"] == pytest.approx(tasks * 2.0)

@@ -18,8 +18,8 @@ from lopd.core.models import load_tokenizer
 from lopd.core.rollout import Task, single_turn
 from lopd.latent import cold_start as cold_start_module
 from lopd.latent.bank import BankEntry, task_text, write_bank
-from lopd.latent.cold_start import ANCHORS_FILE, COMPOSER_FILE, PROGRESS_FILE, cold_start
-from lopd.latent.composer import FRAMINGS
+from lopd.latent.cold_start import COMPOSER_FILE, PROGRESS_FILE, build_composer, cold_start
+from lopd.latent.composer import FRAMINGS, compose
 from lopd.latent.config import LOPDConfig
 from lopd.latent.method import LOPD
 from lopd.latent.retrieval import BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE, save_vectors
@@ -65,28 +65,46 @@ def composer_dir(tiny_model_dir, bank_dir, tmp_path_factory):
     return out
 
 
-def test_cold_start_lowers_nll_and_caches_anchor_latents(tiny_model_dir, bank_dir, tmp_path):
+def test_cold_start_lowers_nll_and_saves_phi0(tiny_model_dir, bank_dir, tmp_path):
     cfg = _cfg(cold_start={"steps": 8, "batch_size": 4, "lr": 1e-3})
     result = cold_start(cfg, tiny_model_dir, bank_dir, TASKS, tmp_path, FRAMINGS["code"])
     s = result["summary"]
     assert s["n_examples"] == 4 and len(result["history"]) == 8
     assert s["nll_after"] < s["nll_before"] - 0.05
-    anchors = torch.load(tmp_path / ANCHORS_FILE)
-    assert set(anchors) == {t.task_id for t in TASKS}
-    for task_id, a in anchors.items():
-        assert int(task_id[1:]) not in a["entries"]  # bank entry i was built from task t{i}: no self-retrieval
-        assert a["latents"].shape == (len(a["entries"]) * cfg.latent_tokens, 64)
-    assert all(len(a["entries"]) == cfg.n_ret for a in anchors.values())
-    assert (tmp_path / COMPOSER_FILE).exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [COMPOSER_FILE]
+
+
+def test_lopd_anchors_the_tasks_it_trains_on_to_phi0s_latents(tiny_model_dir, bank_dir, tmp_path):
+    """c_phi0 is composed when a task first comes up, by phi_0 even once phi has trained: the same latents as phi_0
+    composing that task's retrieved entries on its own."""
+    cold = tmp_path / "composer"
+    cold_start(_cfg(cold_start={"steps": 2, "batch_size": 4, "lr": 1e-3}), tiny_model_dir, bank_dir, TASKS, cold,
+               FRAMINGS["code"])
+    cfg = _cfg(train={"steps": 2, "rollouts_per_step": 4})
+    method = _method(cfg, bank_dir, cold)
+    train(cfg, method, TASKS, single_turn(_score), tiny_model_dir, tmp_path / "run")
+    phi0 = torch.load(cold / COMPOSER_FILE)
+    assert any(not torch.equal(phi0[k], v) for k, v in method.composer.trainable_state().items()), "phi trained"
+    reference, _ = build_composer(cfg, tiny_model_dir)
+    reference.load_trainable_state(phi0)
+    assert 4 <= len(method.anchors) <= 6
+    for task_id, anchor in method.anchors.items():
+        task = next(t for t in TASKS if t.task_id == task_id)
+        assert len(anchor["entries"]) == cfg.n_ret and int(task_id[1:]) not in anchor["entries"]  # entry i: task t{i}
+        with torch.no_grad(), method.accelerator.autocast():  # the smoke profile's bf16
+            (expected,) = compose(reference, [task_text(task.messages)],
+                                  [[method.bank[i].trace for i in anchor["entries"]]])
+        assert torch.equal(anchor["latents"], expected.float())
 
 
 def test_cold_start_target_is_the_entrys_actions_with_environment_tokens_masked(tiny_model_dir):
-    """latent_nll against a brute-force reference: one full forward per entry over prompt + latents + every turn,
-    the NLL averaged over the action tokens only (the environment's tokens are read, never scored)."""
+    """The cold start's objective (latent_nlls, per entry) against a brute-force reference: one full forward per entry
+    over prompt + latents + every turn, the NLL averaged over the action tokens only (the environment's tokens are
+    read, never scored)."""
     from accelerate import Accelerator
 
-    from lopd.latent.cold_start import build_composer, latent_nll
     from lopd.latent.composer import compose, teacher_prompt_ids
+    from lopd.latent.privilege import latent_nlls
 
     cfg = _cfg()
     composer, tokenizer = build_composer(cfg, tiny_model_dir)
@@ -95,8 +113,8 @@ def test_cold_start_target_is_the_entrys_actions_with_environment_tokens_masked(
             BankEntry("t1", task_text(TASKS[1].messages), "print(2)", "print(2)", 1.0, [[[], [25, 26]]])]
     retrieved = [[1], [0]]
     with torch.no_grad():
-        got = latent_nll(composer, tokenizer, bank, retrieved, bank, TASKS[:2], FRAMINGS["code"],
-                         Accelerator(cpu=True))
+        got = latent_nlls(composer, tokenizer, bank, retrieved, bank, TASKS[:2], FRAMINGS["code"],
+                          Accelerator(cpu=True))
         composer.backbone.eval()
         reference = []
         for entry, idx, task in zip(bank, retrieved, TASKS):
@@ -113,7 +131,7 @@ def test_cold_start_target_is_the_entrys_actions_with_environment_tokens_masked(
                 logp = torch.log_softmax(composer.backbone(inputs_embeds=embeds[None]).logits[0].float(), -1)
             reference.append(-sum(logp[p - 1, ids[p]] for p in scored) / len(scored))
     # padded batch vs one row at a time: float32 sums in another order (scoring the environment's tokens: +0.04)
-    assert got.item() == pytest.approx(sum(reference).item() / len(reference), abs=1e-3)
+    assert got.tolist() == pytest.approx([r.item() for r in reference], abs=1e-3)
 
 
 def _method(cfg, bank_dir, composer_dir):
@@ -272,8 +290,6 @@ def test_cold_start_on_a_one_task_bank_retrieves_nothing_and_does_not_crash(tiny
     result = cold_start(_cfg(cold_start={"steps": 2}), tiny_model_dir, bank_dir, TASKS, tmp_path / "c",
                         FRAMINGS["code"])
     assert result["summary"]["nll_before"] == pytest.approx(result["summary"]["nll_after"])
-    anchors = torch.load(tmp_path / "c" / ANCHORS_FILE)
-    assert anchors["t0"]["entries"] == [] and anchors["t1"]["entries"] == [0]
 
 
 class _Killed(Exception):
@@ -313,12 +329,9 @@ def test_cold_start_resumed_after_a_kill_equals_an_uninterrupted_run(tiny_model_
     assert [step for _, step in begun] == [0, 2] and begun[0][0] == begun[1][0] and logged == [1, 2, 3, 4]
     assert {k: v for k, v in resumed["summary"].items() if k != "wall_s"} == \
         {k: v for k, v in whole["summary"].items() if k != "wall_s"}
-    for name in (COMPOSER_FILE, ANCHORS_FILE):
-        a, b = torch.load(tmp_path / "whole" / name), torch.load(tmp_path / "killed" / name)
-        if name == ANCHORS_FILE:
-            a, b = ({t: v["latents"] for t, v in x.items()} for x in (a, b))
-        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert not (tmp_path / "killed" / PROGRESS_FILE).exists()  # removed once phi_0 and the anchors are written
+    a, b = torch.load(tmp_path / "whole" / COMPOSER_FILE), torch.load(tmp_path / "killed" / COMPOSER_FILE)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert not (tmp_path / "killed" / PROGRESS_FILE).exists()  # removed once phi_0 is written
 
 
 def test_cold_start_does_not_resume_another_configuration_or_a_broken_file(tiny_model_dir, bank_dir, tmp_path,
@@ -365,17 +378,16 @@ def test_lopd_steps_sets_its_own_budget(tiny_model_dir, bank_dir, composer_dir, 
     assert [h["step"] for h in result["history"]] == [1]
 
 
-@pytest.mark.parametrize("name", [COMPOSER_FILE, ANCHORS_FILE])
-def test_a_truncated_composer_file_is_a_one_line_error(name, tiny_model_dir, bank_dir, composer_dir, tmp_path):
+def test_a_truncated_composer_file_is_a_one_line_error(tiny_model_dir, bank_dir, composer_dir, tmp_path):
     import shutil
 
     corrupt = tmp_path / "composer"
     shutil.copytree(composer_dir, corrupt)
-    data = (corrupt / name).read_bytes()
-    (corrupt / name).write_bytes(data[:len(data) // 2])
+    data = (corrupt / COMPOSER_FILE).read_bytes()
+    (corrupt / COMPOSER_FILE).write_bytes(data[:len(data) // 2])
     cfg = _cfg(train={"steps": 1})
     with pytest.raises(MethodInputError) as err:
         train(cfg, _method(cfg, bank_dir, corrupt), TASKS, single_turn(lambda t, c: [0.0] * len(c)), tiny_model_dir,
               tmp_path / "run")
-    assert str(err.value).startswith(f"lopd: {corrupt / name}: unreadable (") and "\n" not in str(err.value)
+    assert str(err.value).startswith(f"lopd: {corrupt / COMPOSER_FILE}: unreadable (") and "\n" not in str(err.value)
     assert not (tmp_path / "run" / "manifest.json").exists()

@@ -3,12 +3,13 @@ latent context, backbone frozen, so the composer starts out producing informativ
 
 For every bank entry the teacher reads its task with the latent context of `n_ret` retrieved entries
 (never its own task unless self-retrieval is on) and is scored on the entry's own sampled tokens, environment
-output masked as in the student's loss. Afterwards the
-cold-start latents c_phi0 of every training task are cached for LOPD's anchor term.
+output masked as in the student's loss. The tasks of `cold_start.held_out_tasks` are held out: their entries measure
+the composer's privilege (lopd/latent/privilege.py). LOPD composes the cold-start latents c_phi0 of its anchor term
+from the saved phi_0, for the tasks it trains on (lopd/latent/method.py).
 
 Every step is checkpointed to `progress.pt` in the output folder (written to a temporary file, then renamed), so a
-killed run resumes where it stopped and ends exactly as an uninterrupted one; the file is removed once phi_0 and the
-anchor cache are written. A checkpoint from another configuration, other code or other inputs is not resumed.
+killed run resumes where it stopped and ends exactly as an uninterrupted one; the file is removed once phi_0 is
+written. A checkpoint from another configuration, other code or other inputs is not resumed.
 
 Under several processes (`launch.processes`) each process scores its share of every batch, and the shares' gradients
 are summed (each share's mean weighted by its size), so a step is the one-process step up to rounding (under bf16
@@ -33,13 +34,12 @@ from accelerate.utils import gather_object
 from lopd.core import provenance
 from lopd.core.config import Config
 from lopd.core.device import deterministic_kernels, device, mixed_precision
-from lopd.core.distributed import process_share
 from lopd.core.models import load_model, load_tokenizer
 from lopd.core.progress import progress, write
 from lopd.core.rollout import Task
 from lopd.core.tracking import Tracker
-from lopd.latent.bank import BankEntry, task_text
-from lopd.latent.composer import Composer, compose
+from lopd.latent.bank import BankEntry
+from lopd.latent.composer import Composer
 from lopd.latent.privilege import (
     HeldOut,
     held_out_latent_nll,
@@ -48,9 +48,9 @@ from lopd.latent.privilege import (
     reference_nlls,
     share_closed,
 )
-from lopd.latent.retrieval import Retriever, load_bank
+from lopd.latent.retrieval import load_bank
 
-COMPOSER_FILE, ANCHORS_FILE, PROGRESS_FILE = "composer.pt", "anchors.pt", "progress.pt"
+COMPOSER_FILE, PROGRESS_FILE = "composer.pt", "progress.pt"
 STAGE_MODULE = "pipelines.cold_start"
 
 
@@ -60,15 +60,6 @@ def build_composer(cfg: Config, base_dir: str | Path) -> tuple[Composer, object]
     tokenizer = load_tokenizer(base_dir)
     backbone = load_model(base_dir)
     return Composer(backbone, tokenizer, cfg.composer, cfg.latent_tokens).to(device()), tokenizer
-
-
-def latent_nll(composer: Composer, tokenizer, entries: list[BankEntry], retrieved: list[list[int]],
-               bank: list[BankEntry], tasks: list[Task], framing: tuple[str, str],
-               accelerator: Accelerator) -> torch.Tensor:
-    """Mean over entries of the per-token NLL of each entry's actions (its episode as sampled, environment tokens
-    in context but not scored) under the frozen backbone with the latent context composed from its retrieved
-    entries."""
-    return latent_nlls(composer, tokenizer, entries, retrieved, bank, tasks, framing, accelerator).mean()
 
 
 def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: Sequence[Task], out_dir: str | Path,
@@ -175,10 +166,8 @@ def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: S
             f"({time.perf_counter() - start:.0f} s since the start)")
     nll_after = mean(measured, nlls)
 
-    anchors = anchor_latents(composer, retriever, bank, tasks, cfg.n_ret, accelerator)
     if accelerator.is_main_process:
         composer.save(out_dir / COMPOSER_FILE)
-        torch.save(anchors, out_dir / ANCHORS_FILE)
         (out_dir / PROGRESS_FILE).unlink(missing_ok=True)
     accelerator.wait_for_everyone()  # every process returns once the outputs are there
     summary = {"n_examples": len(examples), "steps": steps, "nll_examples": len(measured), "nll_before": nll_before,
@@ -231,27 +220,6 @@ def _load_progress(path: Path, fingerprint: str, steps: int) -> dict | None:
         return state
     write(f"[cold_start] not resuming {path}: {reason}; starting fresh")
     return None
-
-
-@torch.no_grad()
-def anchor_latents(composer: Composer, retriever: Retriever, bank: list[BankEntry], tasks: Sequence[Task],
-                   n_ret: int, accelerator: Accelerator, batch_size: int = 8) -> dict[str, dict]:
-    """c_phi0 per training task: {task_id: {"entries": retrieved bank indices, "latents": [J*K, D] float32}}, in task
-    order; each process composes its share of the tasks, every process gets them all."""
-    share = [tasks[i] for i in process_share(len(tasks))]
-    out = {}
-    for i in progress(range(0, len(share), batch_size), desc="anchor latents", unit="batch"):
-        chunk = share[i:i + batch_size]
-        retrieved = [retriever.retrieve(t.task_id, n_ret) for t in chunk]
-        with accelerator.autocast():
-            latents = compose(composer, [task_text(t.messages) for t in chunk],
-                              [[bank[j].trace for j in idx] for idx in retrieved])
-        out.update({t.task_id: {"entries": idx, "latents": lat.float().cpu()}
-                    for t, idx, lat in zip(chunk, retrieved, latents)})
-    if accelerator.num_processes == 1:
-        return out
-    every = {k: v for part in gather_object([out]) for k, v in part.items()}
-    return {t.task_id: every[t.task_id] for t in tasks}
 
 
 def summed(value: float, world: int) -> float:

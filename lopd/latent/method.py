@@ -25,7 +25,7 @@ from lopd.core.methods import Domain, Method, MethodContext, PolicyOutputs
 from lopd.core.models import load_model, load_tensors
 from lopd.core.trajectory import TokenBatch, Trajectory
 from lopd.latent.bank import BankEntry, episode_turns, task_text
-from lopd.latent.cold_start import ANCHORS_FILE, COMPOSER_FILE
+from lopd.latent.cold_start import COMPOSER_FILE
 from lopd.latent.composer import FRAMINGS, Composer, compose, teacher_batch
 from lopd.latent.config import LOPDConfig
 from lopd.latent.losses import anchor_penalty, dual_update, lopd_loss
@@ -51,13 +51,15 @@ class LOPD(Method):
         # the frozen teacher is the base model: a LoRA student's own base (its adapter off), else a copy
         backbone = ctx.student if is_lora(ctx.student) else load_model(ctx.base_dir)
         self.composer = Composer(backbone, ctx.tokenizer, cfg.composer, cfg.latent_tokens).to(device())
-        for name in (COMPOSER_FILE, ANCHORS_FILE):
-            if not (self.composer_dir / name).exists():
-                raise FileNotFoundError(f"{self.composer_dir / name}: not found (run the cold_start stage)")
-        self.composer.load_trainable_state(load_tensors(self.composer_dir / COMPOSER_FILE, map_location=device()))
+        if not (self.composer_dir / COMPOSER_FILE).exists():
+            raise FileNotFoundError(f"{self.composer_dir / COMPOSER_FILE}: not found (run the cold_start stage)")
+        self.phi0 = load_tensors(self.composer_dir / COMPOSER_FILE, map_location="cpu")
+        self.composer.load_trainable_state(self.phi0)
         for _, p in self.composer.own_parameters():  # phi: the encoder adapter and the QFormer
             p.requires_grad_(self.config.train_composer)
-        self.anchors: dict[str, dict] = load_tensors(self.composer_dir / ANCHORS_FILE, map_location=device())
+        self.anchors: dict[str, dict] = {}
+        """c_phi0 of each task trained on so far: {task_id: {"entries": retrieved bank indices, "latents":
+        [J*K, D]}}, composed by phi_0 when the task first comes up (`_anchors`)."""
         self.bank, self.retriever = load_bank(self.bank_dir, cfg.bank.self_retrieval)
         if not self.bank and PartialState().is_main_process:  # e.g. a base model that solved no training task
             grows = " until it grows (bank.grow_during_training)" if cfg.bank.grow_during_training else ""
@@ -82,7 +84,7 @@ class LOPD(Method):
         """c_phi per trajectory, and the (c_phi, c_phi0) pairs its anchor compares. A frozen composer reuses
         the cached c_phi0; entries the bank gained during training have no c_phi0 and are not anchored."""
         retrieved = [self.retriever.retrieve(t.task_id, self.cfg.n_ret) for t in trajectories]
-        cached = [self.anchors[t.task_id] for t in trajectories]
+        cached = self._anchors([t.task_id for t in trajectories])
         if not self.config.train_composer and all(c["entries"] == r for c, r in zip(cached, retrieved)):
             return [c["latents"] for c in cached], []
         latents = compose(self.composer, [task_text(self.messages[t.task_id]) for t in trajectories],
@@ -94,6 +96,25 @@ class LOPD(Method):
             pairs.append((torch.cat([lat[j * k:(j + 1) * k] for j, _ in rows]) if rows else lat[:0],
                           torch.cat([c["latents"][m * k:(m + 1) * k] for _, m in rows]) if rows else lat[:0]))
         return latents, pairs
+
+    def _anchors(self, task_ids: list[str]) -> list[dict]:
+        """c_phi0 of each task: phi_0's latent context of the entries retrieved for it when it first comes up, composed
+        one task at a time (the same numbers whichever tasks share its step, so a resumed run equals an uninterrupted
+        one) with phi_0's weights swapped in for the moment, outside any graph."""
+        new = [t for t in dict.fromkeys(task_ids) if t not in self.anchors]
+        if new:
+            trained = self.composer.trainable_state() if self.config.train_composer else None
+            if trained is not None:
+                self.composer.load_trainable_state(self.phi0)
+            with torch.no_grad(), self.accelerator.autocast():
+                for task_id in new:
+                    entries = self.retriever.retrieve(task_id, self.cfg.n_ret)
+                    (latents,) = compose(self.composer, [task_text(self.messages[task_id])],
+                                         [[self.bank[i].trace for i in entries]])
+                    self.anchors[task_id] = {"entries": entries, "latents": latents.float()}
+            if trained is not None:
+                self.composer.load_trainable_state(trained)
+        return [self.anchors[t] for t in task_ids]
 
     def loss(self, student: PolicyOutputs, batch: TokenBatch,
              trajectories: list[Trajectory]) -> tuple[torch.Tensor, dict[str, float]]:

@@ -9,7 +9,7 @@ step's, which lopd_step.json times). Through the stages' own code, on the reposi
 - cold_start: the stage's function (lopd.latent.cold_start.cold_start) run with --steps steps into a scratch folder:
   a step's seconds (the mean of the steps after the first, which also allocates AdamW's state; a step's batch is
   the bank entries the stage's seeded order picks), the NLL measurement's seconds per bank entry (forward only),
-  the anchors' seconds per training task, and the bank's size;
+  and the bank's size;
 each with the positions the backbone computed (padding included) and its model FLOP rate against this CPU's float32
 GEMM rate on the stages' matmul path (`model.cpu_matmul`) at the encoder's width. Model FLOPs: 2 per decoder weight
 per position for a forward pass; a pass with gradients counts 3 forward passes (the forward, activation
@@ -126,9 +126,9 @@ class Timed:
 
 
 def bench_cold_start(cfg, steps: int, bound: float) -> dict:
-    """The cold start stage's function at `steps` steps: a step, the NLL measurement per entry, the anchors per
-    task."""
-    cfg = resolve({"profile": cfg.profile, "cold_start": {"steps": steps}})
+    """The cold start stage's function at `steps` steps: a step and the NLL measurement per entry."""
+    # no task held out: the privilege's passes are NLL measurements of entries, priced per measured entry
+    cfg = resolve({"profile": cfg.profile, "cold_start": {"steps": steps, "held_out_tasks": 0}})
     domain = DOMAINS["code"]
     positions: list[int] = []
     build, hooks, weights = cold_start_module.build_composer, contextlib.ExitStack(), []
@@ -141,8 +141,7 @@ def bench_cold_start(cfg, steps: int, bound: float) -> dict:
         return composer, tokenizer
 
     with (hooks, Timed(cold_start_module, "_save_progress", positions) as saves,
-          Timed(cold_start_module, "latent_nll", positions) as nlls,
-          Timed(cold_start_module, "anchor_latents", positions) as anchors,
+          Timed(cold_start_module, "latent_nlls", positions) as nlls,
           training_domain(cfg, "code") as split, tempfile.TemporaryDirectory() as scratch):
         cold_start_module.build_composer = build_counted
         try:
@@ -152,23 +151,20 @@ def bench_cold_start(cfg, steps: int, bound: float) -> dict:
             wall = time.perf_counter() - start
         finally:
             cold_start_module.build_composer = build
-        n_tasks = len(split.tasks)
     if not summary["steps"]:
         raise SystemExit("error: bank/: the code bank is empty, the cold start trains nothing (dvc repro build_bank)")
     step_s = (saves[-1][1] - saves[0][1]) / (len(saves) - 1)  # the steps after the first, between their saves
     graded = [after - before for _, _, grad, before, after in nlls if grad]
     step_positions = sum(graded[1:]) / len(graded[1:])
     measured_s = sum(end - begin for begin, end, grad, _, _ in nlls if not grad)
-    anchors_s = anchors[0][1] - anchors[0][0]
     out = {"bank_entries": summary["n_examples"], "batch_size": cfg.cold_start.batch_size, "steps": summary["steps"],
            "step_s": round(step_s, 2), "step_positions": round(step_positions),
            **rate(step_positions, 3, weights[0], step_s, bound),
            "nll_examples": summary["nll_examples"], "nll_measurement_s": round(measured_s, 2),
            "seconds_per_measured_entry": round(measured_s / (2 * summary["nll_examples"]), 3),
-           "anchor_tasks": n_tasks, "anchors_s": round(anchors_s, 2),
-           "seconds_per_anchor_task": round(anchors_s / n_tasks, 3), "wall_s": round(wall, 1)}
-    print(f"cold start: a step {step_s:.1f} s, the measurement {out['seconds_per_measured_entry']:.2f} s an entry, "
-          f"the anchors {out['seconds_per_anchor_task']:.2f} s a task", flush=True)
+           "wall_s": round(wall, 1)}
+    print(f"cold start: a step {step_s:.1f} s, the measurement {out['seconds_per_measured_entry']:.2f} s an entry",
+          flush=True)
     return out
 
 

@@ -48,11 +48,10 @@ from lopd.core.models import load_model, load_tokenizer, prepare_base_model
 from lopd.core.rollout import make_backend, sampling_params, single_turn
 from lopd.core.trajectory import collate
 from lopd.latent.bank import task_text
-from lopd.latent.cold_start import ANCHORS_FILE, COMPOSER_FILE, anchor_latents, build_composer
+from lopd.latent.cold_start import COMPOSER_FILE, build_composer
 from lopd.latent.composer import encoder_text, inject_latents, teacher_batch
 from lopd.latent.config import LOPDConfig
 from lopd.latent.method import LOPD
-from lopd.latent.retrieval import load_bank
 from pipelines.common import BANK_DIR, BASE_MODEL_DIR, run_stage
 from pipelines.domains.code import coding_training_tasks
 
@@ -174,13 +173,9 @@ def necessary_passes(cfg, model_dir: Path, tokenizer, batches, lopd: LOPD) -> di
     return {name: round(s, 2) for name, s in seconds.items()}
 
 
-def seeded_composer_dir(cfg, model_dir: Path, tasks, out: Path) -> Path:
-    """A composer folder as the cold start writes it, from the seeded initialisation (anchors for `tasks`)."""
-    composer, _ = build_composer(cfg, model_dir)
-    bank, retriever = load_bank(BANK_DIR, cfg.bank.self_retrieval)
-    composer.save(out / COMPOSER_FILE)
-    accelerator = Accelerator(cpu=device().type == "cpu", mixed_precision=mixed_precision(cfg.train.mixed_precision))
-    torch.save(anchor_latents(composer, retriever, bank, tasks, cfg.n_ret, accelerator), out / ANCHORS_FILE)
+def seeded_composer_dir(cfg, model_dir: Path, out: Path) -> Path:
+    """A composer folder as the cold start writes it, from the seeded initialisation."""
+    build_composer(cfg, model_dir)[0].save(out / COMPOSER_FILE)
     return out
 
 
@@ -217,7 +212,7 @@ def step_costs(cfg, model_dir: Path, rollouts: int) -> dict:
     grpo_s = one_update(GRPO(cfg, Domain.scratch("unused")))
     with tempfile.TemporaryDirectory() as tmp:
         lopd = LOPD(cfg, Domain.scratch(tmp, bank=BANK_DIR,
-                                        composer=seeded_composer_dir(cfg, model_dir, tasks, Path(tmp))))
+                                        composer=seeded_composer_dir(cfg, model_dir, Path(tmp))))
         lopd_s = one_update(lopd)
         lopd.prepare(trajectories)
         passes = necessary_passes(cfg, model_dir, tokenizer, micro_batches(trajectories, cfg.train.micro_batch_size),
