@@ -51,6 +51,30 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def write_seeded_bank():
+    """`write_seeded_bank(folder, entries, tasks)`: a bank of `entries` whose document and query embeddings (of the
+    entries and of `tasks`) are seeded random unit vectors, as build_bank would write it; returns the folder."""
+    import numpy as np
+
+    from lopd.latent.bank import write_bank
+    from lopd.latent.retrieval import BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE, save_vectors
+
+    def write(out: Path, entries, tasks) -> Path:
+        rng = np.random.default_rng(0)
+
+        def unit(n):
+            x = rng.standard_normal((n, 8)).astype(np.float32)
+            return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+        write_bank(out / BANK_FILE, entries, {"model": "tiny-random"})
+        save_vectors(out / DOCUMENTS_FILE, [e.task_id for e in entries], unit(len(entries)))
+        save_vectors(out / QUERIES_FILE, [t.task_id for t in tasks], unit(len(tasks)))
+        return out
+
+    return write
+
+
+@pytest.fixture(scope="session")
 def load_script():
     """`load_script(name)`: scripts/<name>.py as a module, e.g. "compare" or "bench/bench_cpu" (scripts/ is not a
     package: they run as `python scripts/<name>.py`)."""

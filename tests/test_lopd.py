@@ -40,21 +40,11 @@ def _cfg(**overrides):
 
 
 @pytest.fixture(scope="module")
-def bank_dir(tmp_path_factory):
+def bank_dir(tmp_path_factory, write_seeded_bank):
     """Four entries from four tasks, with seeded random unit vectors standing in for embeddings."""
-    out = tmp_path_factory.mktemp("bank")
     entries = [BankEntry(t.task_id, task_text(t.messages), f"print({i} * 2)", f"```python\nprint({i} * 2)\n```", 1.0,
                          [[[], [20 + i, 21, 22, 23]]]) for i, t in enumerate(TASKS[:4])]
-    rng = np.random.default_rng(0)
-
-    def unit(n):
-        x = rng.standard_normal((n, 8)).astype(np.float32)
-        return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-    write_bank(out / BANK_FILE, entries, {"model": "tiny-random"})
-    save_vectors(out / DOCUMENTS_FILE, [e.task_id for e in entries], unit(len(entries)))
-    save_vectors(out / QUERIES_FILE, [t.task_id for t in TASKS], unit(len(TASKS)))
-    return out
+    return write_seeded_bank(tmp_path_factory.mktemp("bank"), entries, TASKS)
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,11 @@ from lopd.core.config import resolve
 from lopd.core.models import load_tokenizer
 from lopd.core.rollout import Task
 from lopd.latent import privilege
-from lopd.latent.bank import BankEntry, task_text, write_bank
+from lopd.latent.bank import BankEntry, task_text
 from lopd.latent.cold_start import build_composer, cold_start
 from lopd.latent.composer import FRAMINGS, teacher_prompt_ids
 from lopd.latent.privilege import HeldOut, held_out_task_ids, reference_nlls, share_closed
-from lopd.latent.retrieval import BANK_FILE, DOCUMENTS_FILE, QUERIES_FILE, load_bank, save_vectors
+from lopd.latent.retrieval import load_bank
 
 TASKS = [Task(f"t{i}", [{"role": "system", "content": "You are an expert Python programmer."},
                         {"role": "user", "content": f"Print the number {i} times two."}]) for i in range(6)]
@@ -29,20 +29,10 @@ def _entry(i: int, task: Task) -> BankEntry:
 
 
 @pytest.fixture(scope="module")
-def bank_dir(tmp_path_factory):
+def bank_dir(tmp_path_factory, write_seeded_bank):
     """Five entries of four tasks (t1 twice), seeded random unit vectors standing in for embeddings."""
-    out = tmp_path_factory.mktemp("bank")
     entries = [_entry(i, t) for i, t in enumerate(TASKS[:4])] + [_entry(5, TASKS[1])]
-    rng = np.random.default_rng(0)
-
-    def unit(n):
-        x = rng.standard_normal((n, 8)).astype(np.float32)
-        return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-    write_bank(out / BANK_FILE, entries, {"model": "tiny-random"})
-    save_vectors(out / DOCUMENTS_FILE, [e.task_id for e in entries], unit(len(entries)))
-    save_vectors(out / QUERIES_FILE, [t.task_id for t in TASKS], unit(len(TASKS)))
-    return out
+    return write_seeded_bank(tmp_path_factory.mktemp("bank"), entries, TASKS)
 
 
 def _cfg(**cold_start):
