@@ -16,6 +16,7 @@ from lopd.latent.composer import (
     block_mask,
     compose,
     encoder_text,
+    grad_norms_by_part,
     inject_latents,
     shared_prefix_row,
     teacher_batch,
@@ -115,6 +116,26 @@ def test_gradient_reaches_lora_and_qformer_and_not_the_backbone(composer, tokeni
     assert all(named[n].grad is not None for n in qformer)
     backbone = [n for n in named if "lora_" not in n and not n.startswith("qformer.")]
     assert backbone and all(not named[n].requires_grad and named[n].grad is None for n in backbone)
+
+
+def test_grad_norms_by_part_split_the_composers_gradient_by_queries_qformer_and_encoder(composer, tokenizer):
+    for name, p in composer.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.02)
+    _tiny_teacher_loss(composer, tokenizer)[0].backward()
+    named = dict(composer.own_parameters())
+    norms = grad_norms_by_part(composer.own_parameters())
+
+    def norm(names):
+        return sum(named[n].grad.pow(2).sum().item() for n in names) ** 0.5
+
+    assert norms["grad_norm_queries"] == pytest.approx(named["qformer.queries_K_D"].grad.norm().item(), rel=1e-6)
+    assert norms["grad_norm_qformer"] == pytest.approx(
+        norm([n for n in named if n.startswith("qformer.") and n != "qformer.queries_K_D"]), rel=1e-6)
+    assert norms["grad_norm_encoder"] == pytest.approx(norm([n for n in named if "lora_" in n]), rel=1e-6)
+    total = torch.nn.utils.clip_grad_norm_([p for p in named.values()], float("inf")).item()
+    assert sum(v ** 2 for v in norms.values()) ** 0.5 == pytest.approx(total, rel=1e-5)
+    assert all(v > 0 for v in norms.values())
 
 
 def test_checkpointed_teacher_gives_the_plain_gradients(tiny_model_dir, tokenizer):

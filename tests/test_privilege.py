@@ -15,7 +15,7 @@ from lopd.latent import privilege
 from lopd.latent.bank import BankEntry, task_text
 from lopd.latent.cold_start import build_composer, cold_start
 from lopd.latent.composer import FRAMINGS, teacher_prompt_ids
-from lopd.latent.privilege import HeldOut, held_out_task_ids, reference_nlls, share_closed
+from lopd.latent.privilege import HeldOut, held_out_task_ids, latent_geometry, reference_nlls, share_closed
 from lopd.latent.retrieval import load_bank
 
 TASKS = [Task(f"t{i}", [{"role": "system", "content": "You are an expert Python programmer."},
@@ -83,6 +83,24 @@ def test_share_closed_is_the_fraction_of_the_text_gap_and_none_without_one():
     assert share_closed(2.0, 1.5, 1.0) == 0.5 and share_closed(2.0, 1.0, 1.0) == 1.0
     assert share_closed(2.0, 2.5, 1.0) == -0.5  # latents worse than nothing
     assert share_closed(2.0, 1.5, 2.0) is None and share_closed(2.0, 1.5, 2.5) is None
+
+
+def test_latent_geometry_against_a_loop_over_items_and_pairs():
+    generator = torch.Generator().manual_seed(0)
+    latents = [torch.randn(2 * 3, 5, generator=generator), torch.randn(3, 5, generator=generator) * 2,
+               torch.zeros(0, 5)]  # two tasks of 2 and 1 items of K = 3 latents, one with nothing retrieved
+    got = latent_geometry(latents, 3, embed_rms=0.5)
+    rows = [x for lat in latents for x in lat.tolist()]
+    rms = (sum(v * v for row in rows for v in row) / (len(rows) * 5)) ** 0.5
+    cosines = []
+    for lat in latents:
+        for item in lat.reshape(-1, 3, 5):
+            cosines += [torch.nn.functional.cosine_similarity(item[i], item[j], dim=0).item()
+                        for i in range(3) for j in range(3) if i != j]
+    assert got["latent_rms_ratio"] == pytest.approx(rms / 0.5, rel=1e-6)
+    assert got["latent_cosine"] == pytest.approx(sum(cosines) / len(cosines), abs=1e-6)
+    collapsed = latent_geometry([torch.ones(3, 5)], 3, embed_rms=1.0)
+    assert collapsed == pytest.approx({"latent_rms_ratio": 1.0, "latent_cosine": 1.0})
 
 
 def test_no_context_and_text_nlls_match_a_direct_computation(tiny_model_dir, bank_dir):
@@ -174,6 +192,10 @@ def test_the_cold_start_never_trains_on_the_held_out_tasks_and_measures_them_eve
     assert held["nll_latent"] == result["privilege_history"][-1]["nll_latent"]
     assert result["privilege_history"][0]["nll_latent"] != held["nll_latent"]  # the composer trained
     assert held["share_closed"] == share_closed(held["nll_none"], held["nll_latent"], held["nll_text"])
+    point = result["privilege_history"][-1]
+    assert point["latent_rms_ratio"] > 0 and -1 <= point["latent_cosine"] <= 1
+    assert all(h["grad_norm_queries"] > 0 and h["grad_norm_qformer"] > 0 for h in result["history"])
+    assert {"grad_norm_encoder"} <= set(result["history"][0])
 
     too_many = cold_start(_cfg(held_out_tasks=4), tiny_model_dir, bank_dir, TASKS, tmp_path / "all", FRAMING)
     assert too_many["held_out"]["n_trajectories"] == 0 and "too few" in too_many["held_out"]["note"]

@@ -39,9 +39,10 @@ from lopd.core.progress import progress, write
 from lopd.core.rollout import Task
 from lopd.core.tracking import Tracker
 from lopd.latent.bank import BankEntry
-from lopd.latent.composer import Composer
+from lopd.latent.composer import Composer, grad_norms_by_part
 from lopd.latent.privilege import (
     HeldOut,
+    held_out_latent_geometry,
     held_out_latent_nll,
     held_out_task_ids,
     latent_nlls,
@@ -101,7 +102,8 @@ def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: S
     def privilege_point(step: int) -> dict:
         latent = held_out_latent_nll(composer, tokenizer, held, bank, framing, accelerator, mean)
         point = {"step": step, "nll_latent": latent,
-                 "share_closed": share_closed(reference["nll_none"], latent, reference["nll_text"])}
+                 "share_closed": share_closed(reference["nll_none"], latent, reference["nll_text"]),
+                 **held_out_latent_geometry(composer, held, bank, accelerator)}
         log(f"[cold_start] held-out NLL at step {step}: latent {latent:.4f} (none {reference['nll_none']:.4f}, "
             f"text {reference['nll_text']:.4f}): share of the text gap closed {point['share_closed']}")
         return point
@@ -139,7 +141,7 @@ def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: S
         mine = picked[rank::world]  # the batch's mean NLL is the sum of the processes' share-weighted means
         with deterministic_kernels():  # a resumed cold start equals an uninterrupted one on a GPU too
             loss = nlls(mine).mean() * (len(mine) / len(picked)) if mine else torch.zeros((), device=device())
-            grad_norm = 0.0
+            grad_norm, part_norms = 0.0, {}
             # false only when nothing in the batch retrieved anything (a one-task bank): then no process steps
             if any_process(loss.requires_grad, world):
                 if loss.requires_grad:
@@ -147,9 +149,10 @@ def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: S
                 if world > 1:  # the composer is not DDP-wrapped: sum the shares' gradients
                     for p in params:
                         p.grad = accelerator.reduce(torch.zeros_like(p) if p.grad is None else p.grad, reduction="sum")
+                part_norms = grad_norms_by_part(composer.own_parameters())  # before clipping, as grad_norm
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.cold_start.grad_clip))
                 optimizer.step()
-        history.append({"step": step + 1, "nll": summed(loss.item(), world), "grad_norm": grad_norm})
+        history.append({"step": step + 1, "nll": summed(loss.item(), world), "grad_norm": grad_norm, **part_norms})
         if held.entries and ((step + 1) % every == 0 or step + 1 == steps):
             privilege.append(privilege_point(step + 1))
         if tracker:

@@ -313,6 +313,21 @@ class Composer(nn.Module):
         torch.save(self.trainable_state(), path)
 
 
+COMPOSER_PARTS = {"queries": "qformer.queries_K_D", "qformer": "qformer.", "encoder": f".{ENCODER}."}
+"""The composer's parts by parameter name: the QFormer's learned queries, the rest of the QFormer, the encoder's LoRA
+adapter (the first part a name matches)."""
+
+
+def grad_norms_by_part(named_parameters: Sequence[tuple[str, torch.Tensor]]) -> dict[str, float]:
+    """The L2 norm of the gradient of each composer part (`COMPOSER_PARTS`) as `grad_norm_<part>`: which part learns."""
+    squares = dict.fromkeys(COMPOSER_PARTS, 0.0)
+    for name, p in named_parameters:
+        part = next(part for part, key in COMPOSER_PARTS.items() if key in name)
+        if p.grad is not None:
+            squares[part] += float(p.grad.detach().float().pow(2).sum())
+    return {f"grad_norm_{part}": math.sqrt(total) for part, total in squares.items()}
+
+
 def shared_prefix_row(items: list[list[int]]) -> tuple[list[int], list[int], list[int]]:
     """One encoder row for a group of token sequences: their longest common prefix once, then each sequence's
     remainder. Returns (tokens, positions, blocks): a remainder's positions continue from the prefix as in its own

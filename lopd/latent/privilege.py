@@ -121,6 +121,31 @@ def held_out_latent_nll(composer: Composer, tokenizer, held: HeldOut, bank: list
         [held.tasks[i] for i in batch], framing, accelerator))
 
 
+def latent_geometry(latents: list[torch.Tensor], k: int, embed_rms: float) -> dict[str, float]:
+    """How the latent tokens ([J*K, D] per task, K a retrieved item) sit among token embeddings: their RMS per
+    coordinate against the embedding table's (`latent_rms_ratio`, 1 at the table's scale) and the mean cosine between
+    two latents of one item (`latent_cosine`, 1 when an item's K latents collapse to one direction)."""
+    items_N_K_D = torch.cat([lat.float().reshape(-1, k, lat.shape[-1]) for lat in latents if lat.numel()])
+    unit_N_K_D = torch.nn.functional.normalize(items_N_K_D, dim=-1)
+    cosines_N_K_K = unit_N_K_D @ unit_N_K_D.transpose(1, 2)
+    off_diagonal = ~torch.eye(k, dtype=torch.bool, device=cosines_N_K_K.device)
+    return {"latent_rms_ratio": float(items_N_K_D.pow(2).mean().sqrt()) / embed_rms,
+            "latent_cosine": float(cosines_N_K_K[:, off_diagonal].mean())}
+
+
+@torch.no_grad()
+def held_out_latent_geometry(composer: Composer, held: HeldOut, bank: list[BankEntry],
+                             accelerator: Accelerator) -> dict[str, float]:
+    """`latent_geometry` of the held-out tasks' latent context (each task once)."""
+    groups = {(e.task, tuple(idx)): None for e, idx in zip(held.entries, held.retrieved) if idx}
+    if not groups:
+        return {}
+    with accelerator.autocast():
+        latents = compose(composer, [task for task, _ in groups], [[bank[i].trace for i in idx] for _, idx in groups])
+    embed_rms = float(composer.backbone.get_input_embeddings().weight.detach().float().pow(2).mean().sqrt())
+    return latent_geometry(latents, composer.qformer.queries_K_D.shape[0], embed_rms)
+
+
 def share_closed(nll_none: float, nll_latent: float, nll_text: float) -> float | None:
     """The share of the text gap the latents close (module docstring); None where text is no better than nothing."""
     gap = nll_none - nll_text
