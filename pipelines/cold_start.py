@@ -12,6 +12,7 @@ from accelerate import PartialState
 from lopd.core.tracking import Tracker
 from lopd.latent.cold_start import cold_start
 from lopd.latent.composer import FRAMINGS
+from lopd.latent.privilege import share_note
 from pipelines.common import (
     BASE_MODEL_DIR,
     DOMAIN_ARG,
@@ -53,9 +54,10 @@ def main() -> None:
             print(f"{stage}: {note}")
     print(f"cold start: {s['n_examples']} examples, {s['steps']} steps, NLL {s['nll_before']} -> {s['nll_after']}")
     if held_out["n_trajectories"]:
+        retrieval = "self-retrieval" if held_out["text_retrieval"] == "self" else "the cold start's retrieval"
         print(f"held out: {held_out['n_trajectories']} trajectories of {len(held_out['tasks'])} tasks, NLL none "
               f"{held_out['nll_none']:.4f}, latent {held_out['nll_latent']:.4f}, text {held_out['nll_text']:.4f} "
-              f"({held_out['text_retrieval']} retrieval): the latents close {held_out['share_closed']} of the gap")
+              f"(under {retrieval}): {share_note(held_out['share_closed'])}")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,14 @@ from lopd.latent import privilege
 from lopd.latent.bank import BankEntry, task_text
 from lopd.latent.cold_start import build_composer, cold_start
 from lopd.latent.composer import FRAMINGS, teacher_prompt_ids
-from lopd.latent.privilege import HeldOut, held_out_task_ids, latent_geometry, reference_nlls, share_closed
+from lopd.latent.privilege import (
+    HeldOut,
+    held_out_task_ids,
+    latent_geometry,
+    reference_nlls,
+    share_closed,
+    share_note,
+)
 from lopd.latent.retrieval import load_bank
 
 TASKS = [Task(f"t{i}", [{"role": "system", "content": "You are an expert Python programmer."},
@@ -83,6 +90,7 @@ def test_share_closed_is_the_fraction_of_the_text_gap_and_none_without_one():
     assert share_closed(2.0, 1.5, 1.0) == 0.5 and share_closed(2.0, 1.0, 1.0) == 1.0
     assert share_closed(2.0, 2.5, 1.0) == -0.5  # latents worse than nothing
     assert share_closed(2.0, 1.5, 2.0) is None and share_closed(2.0, 1.5, 2.5) is None
+    assert share_note(0.5) == "the latents close 50.0% of the text gap" and share_note(None).startswith("n/a: ")
 
 
 def test_latent_geometry_against_a_loop_over_items_and_pairs():

@@ -48,6 +48,7 @@ from lopd.latent.privilege import (
     latent_nlls,
     reference_nlls,
     share_closed,
+    share_note,
 )
 from lopd.latent.retrieval import load_bank
 
@@ -65,7 +66,8 @@ def build_composer(cfg: Config, base_dir: str | Path) -> tuple[Composer, object]
 
 def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: Sequence[Task], out_dir: str | Path,
                framing: tuple[str, str], tracker: Tracker | None = None) -> dict:
-    """Train the composer from its seeded init on the bank, save phi_0 and the c_phi0 cache; returns metrics."""
+    """Train the composer from its seeded init on the bank (its held-out tasks aside), measure its privilege on them,
+    save phi_0; returns metrics."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     bank, retriever = load_bank(bank_dir, cfg.bank.self_retrieval)  # the inputs first, then the models
@@ -105,7 +107,7 @@ def cold_start(cfg: Config, base_dir: str | Path, bank_dir: str | Path, tasks: S
                  "share_closed": share_closed(reference["nll_none"], latent, reference["nll_text"]),
                  **held_out_latent_geometry(composer, held, bank, accelerator)}
         log(f"[cold_start] held-out NLL at step {step}: latent {latent:.4f} (none {reference['nll_none']:.4f}, "
-            f"text {reference['nll_text']:.4f}): share of the text gap closed {point['share_closed']}")
+            f"text {reference['nll_text']:.4f}): {share_note(point['share_closed'])}")
         return point
 
     n_measured = len(examples) if cfg.cold_start.eval_examples is None else cfg.cold_start.eval_examples

@@ -82,7 +82,7 @@ class LOPD(Method):
 
     def _latents(self, trajectories: list[Trajectory]) -> tuple[list[torch.Tensor], list[tuple[torch.Tensor, ...]]]:
         """c_phi per trajectory, and the (c_phi, c_phi0) pairs its anchor compares. A frozen composer reuses
-        the cached c_phi0; entries the bank gained during training have no c_phi0 and are not anchored."""
+        c_phi0; entries the bank gained after a task's c_phi0 was composed have none and are not anchored."""
         retrieved = [self.retriever.retrieve(t.task_id, self.cfg.n_ret) for t in trajectories]
         cached = self._anchors([t.task_id for t in trajectories])
         if not self.config.train_composer and all(c["entries"] == r for c, r in zip(cached, retrieved)):

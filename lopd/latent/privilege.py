@@ -146,6 +146,12 @@ def held_out_latent_geometry(composer: Composer, held: HeldOut, bank: list[BankE
     return latent_geometry(latents, composer.qformer.queries_K_D.shape[0], embed_rms)
 
 
+def share_note(share: float | None) -> str:
+    """`share_closed` in words."""
+    return ("n/a: text does not lower the NLL, no gap to close" if share is None else
+            f"the latents close {share:.1%} of the text gap")
+
+
 def share_closed(nll_none: float, nll_latent: float, nll_text: float) -> float | None:
     """The share of the text gap the latents close (module docstring); None where text is no better than nothing."""
     gap = nll_none - nll_text
