@@ -94,8 +94,9 @@ def test_bfloat16_static_decode_within_bfloat16_tolerance(tiny_model_dir, tiny_m
 
 
 def test_a_growing_cache_samples_what_a_large_one_does(static_model, tokenizer, monkeypatch):
-    """The cache starts small and grows as rows get long (copying its contents): the same tokens and log-probs as
-    a cache sized for the whole budget from the start."""
+    """The cache starts small and grows as rows get long (copying its contents): the same tokens as a cache sized
+    for the whole budget from the start, and the same log-probs to float32 rounding (attention sums over a cache of
+    another length, so some CPUs' kernels block the sum differently: 1 ulp apart was seen on one)."""
     prompts = _prompts(tokenizer)
     whole = _backend(static_model, tokenizer).generate(prompts, PARAMS, seed=5)
     monkeypatch.setattr(static_decode, "FIRST_SPAN", 4)
@@ -103,7 +104,9 @@ def test_a_growing_cache_samples_what_a_large_one_does(static_model, tokenizer, 
     backend = _backend(static_model, tokenizer)
     grown = backend.generate(prompts, PARAMS, seed=5)
     assert backend.decoder.buffers.capacity > max(len(p) for p in prompts) + 4 + 16
-    assert [(c.token_ids, c.logprobs) for c in grown] == [(c.token_ids, c.logprobs) for c in whole]
+    assert [c.token_ids for c in grown] == [c.token_ids for c in whole]
+    for g, w in zip(grown, whole):
+        assert torch.allclose(torch.tensor(g.logprobs), torch.tensor(w.logprobs), rtol=0, atol=1e-5)
     backend.sleep()
     assert backend.decoder.buffers is None
 
